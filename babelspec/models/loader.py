@@ -1,0 +1,236 @@
+"""Load a causal LM and its tokenizer from a preset name, a local path, or a hub name.
+
+Packaged GGUF presets are dequantised once into the user's cache (``cache.cache_dir()``) as
+safetensors plus a fast tokenizer, so every later load is a plain ``from_pretrained`` of a
+local directory (seconds, memory-mapped).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from babelspec.models.cache import COMPLETE_MARKER, cache_dir, cached_build
+from babelspec.models.presets import DEFAULT_TARGET, GGUF_LOCATORS, PRESETS, Preset, PresetError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from babelspec.target import Target
+
+# Bump when the converted layout changes, so stale caches are rebuilt rather than misread.
+CONVERSION_FORMAT = 1
+
+# How many GGUF conversions this process has run (the cache is meant to keep this at 0 or 1).
+conversion_count = 0
+
+
+def default_device() -> "torch.device":
+    import torch
+
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def default_dtype(device: "torch.device") -> "torch.dtype":
+    import torch
+
+    # bf16 where the hardware has it; fp32 on CPU, where bf16 matmuls are slower, not faster.
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.bfloat16
+    return torch.float32
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, *, source: str) -> None:
+    """Dequantise a GGUF into ``out_dir`` as fp32 safetensors plus a fast tokenizer."""
+    global conversion_count
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32
+    )
+    # The weights are now plain fp32 tensors; drop the GGUF quantizer so save_pretrained writes
+    # an ordinary checkpoint and later loads do not look for the GGUF.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    conversion_count += 1
+    marker = {
+        "format": CONVERSION_FORMAT,
+        "source": source,
+        "gguf_sha256": _sha256(gguf_path),
+        "gguf_bytes": gguf_path.stat().st_size,
+        "dtype": "float32",
+        "conversion_seconds": round(time.perf_counter() - started, 3),
+    }
+    (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+
+
+def converted_dir(preset_name: str) -> Path:
+    """The cached, dequantised checkpoint of a packaged preset, converting it on first use."""
+    preset = _get_preset(preset_name)
+    if preset.source != "gguf-package":
+        raise PresetError(f"preset {preset_name!r} is not a packaged GGUF preset")
+    name = f"models/{preset.name}-v{CONVERSION_FORMAT}"
+
+    def build(tmp: Path) -> None:
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".gguf-") as gguf_tmp:
+            gguf = GGUF_LOCATORS[preset.name](Path(gguf_tmp))
+            convert_gguf(gguf, tmp, source=preset.name)
+
+    return cached_build(name, build)
+
+
+def gguf_file_dir(path: Path) -> Path:
+    """A cached conversion of any GGUF file given by path (keyed by its content hash)."""
+    digest = _sha256(path)[:16]
+
+    def build(tmp: Path) -> None:
+        convert_gguf(path, tmp, source=str(path.name))
+
+    return cached_build(f"models/gguf-{path.stem}-{digest}-v{CONVERSION_FORMAT}", build)
+
+
+def _get_preset(name: str) -> Preset:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise PresetError(_unknown_message(name)) from None
+
+
+def _unknown_message(spec: str) -> str:
+    known = ", ".join(sorted(PRESETS))
+    return (
+        f"unknown model {spec!r}: not a preset, not an existing local path, not a hub name "
+        f"(org/name). Presets: {known}. Or pass a directory holding a Hugging Face checkpoint, "
+        "or a .gguf file."
+    )
+
+
+def _looks_like_hub_name(spec: str) -> bool:
+    parts = spec.split("/")
+    return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
+
+
+def resolve(spec: str) -> tuple[str, str]:
+    """Map a model spec to ``(kind, location)`` without loading weights.
+
+    kind is ``"dir"`` (a local checkpoint directory, possibly the cache's conversion),
+    ``"hub"`` (a hub name), or raises PresetError.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise PresetError("empty model spec; give a preset name, e.g. " + repr(DEFAULT_TARGET))
+    spec = spec.strip()
+    if spec in PRESETS:
+        preset = PRESETS[spec]
+        if preset.source == "gguf-package":
+            return "dir", str(converted_dir(spec))
+        return "hub", preset.hub_id or spec
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise PresetError(
+                f"{spec!r} is a directory but holds no config.json; point to a Hugging Face "
+                "checkpoint directory (config.json + *.safetensors + tokenizer files)"
+            )
+        return "dir", str(path)
+    if path.is_file() and path.suffix == ".gguf":
+        return "dir", str(gguf_file_dir(path.resolve()))
+    if path.exists():
+        raise PresetError(f"{spec!r} is a file but not a .gguf; give a checkpoint directory")
+    if _looks_like_hub_name(spec):
+        return "hub", spec
+    raise PresetError(_unknown_message(spec))
+
+
+def _hub_failure(spec: str, hub_id: str, err: Exception) -> PresetError:
+    preset = PRESETS.get(spec)
+    hint = preset.install_hint if preset else (
+        f"put a copy of {hub_id!r} in your Hugging Face cache (HF_HOME), or pass a local "
+        "checkpoint directory"
+    )
+    return PresetError(f"cannot load {spec!r} ({hub_id}) here: {hint}. Cause: {err}")
+
+
+def _from_pretrained(cls: Any, spec: str, kind: str, location: str, **kwargs: Any) -> Any:
+    if kind == "dir":
+        return cls.from_pretrained(location, **kwargs)
+    # A hub name: the local HF cache first (no network), then the hub unless told offline.
+    try:
+        return cls.from_pretrained(location, local_files_only=True, **kwargs)
+    except (OSError, ValueError) as err:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in {"1", "true", "yes", "on"}
+        if offline:
+            raise _hub_failure(spec, location, err) from err
+    try:
+        return cls.from_pretrained(location, **kwargs)
+    except Exception as err:  # network errors come in many types; all mean "not available"
+        raise _hub_failure(spec, location, err) from err
+
+
+def load_tokenizer(spec: str = DEFAULT_TARGET) -> "PreTrainedTokenizerBase":
+    """The tokenizer of a model spec, or a tokenizer preset (e.g. ``qwen3.5``)."""
+    from babelspec.models.tokenizers import TOKENIZER_PRESETS, load_tokenizer_preset
+
+    if isinstance(spec, str) and spec.strip() in TOKENIZER_PRESETS:
+        return load_tokenizer_preset(spec.strip())
+    from transformers import AutoTokenizer
+
+    kind, location = resolve(spec)
+    return _from_pretrained(AutoTokenizer, spec, kind, location)
+
+
+def load_model(
+    spec: str = DEFAULT_TARGET,
+    *,
+    device: "str | torch.device | None" = None,
+    dtype: "torch.dtype | None" = None,
+) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
+    """Load ``(model, tokenizer)`` for a preset name, a local path, a .gguf file or a hub name.
+
+    The model is in eval mode on ``device`` (CUDA when present, else CPU) in ``dtype`` (bf16 on
+    CUDA, fp32 on CPU by default).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kind, location = resolve(spec)
+    device = torch.device(device) if device is not None else default_device()
+    dtype = dtype if dtype is not None else default_dtype(device)
+    tokenizer = _from_pretrained(AutoTokenizer, spec, kind, location)
+    model = _from_pretrained(AutoModelForCausalLM, spec, kind, location, dtype=dtype)
+    model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model, tokenizer
+
+
+def load_target(
+    spec: str = DEFAULT_TARGET,
+    *,
+    device: "str | torch.device | None" = None,
+    dtype: "torch.dtype | None" = None,
+) -> "Target":
+    """A ``babelspec.target.Target`` (the verifier) for a model spec."""
+    from babelspec.target import Target
+
+    model, tokenizer = load_model(spec, device=device, dtype=dtype)
+    return Target(model, tokenizer)
