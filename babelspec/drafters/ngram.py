@@ -1,0 +1,309 @@
+"""The n-gram drafter: walk a counted model (``babelspec.ngram``) to propose up to γ tokens.
+
+Spec: ``ngram:FILE[,option=value...]``, e.g. ``ngram:amh.ngram,mode=top1,unseen=backoff``.
+Options (see ``NgramDraftConfig``): ``mode``, ``unseen``, ``threshold``, ``min_backoff``,
+``width``, ``lookup``, ``lookup_min``.
+
+The hot path is plain Python over ints and lists: each context's row (its continuations,
+cumulative counts and padded probability arrays) is built from the memory-mapped CSR arrays
+once, on first use, and then reused, so a drafted token costs a dict lookup, one random
+number and a bisection. Torch tensors are made once per proposal, from NumPy buffers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from bisect import bisect_right
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from babelspec.drafters import register
+from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.ngram.model import NgramModel
+from babelspec.sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from babelspec.target import Target
+
+MODES = ("sample", "top1", "nucleus", "auto")
+UNSEEN_POLICIES = ("stop", "backoff", "uniform")
+
+
+@dataclass(frozen=True)
+class NgramDraftConfig:
+    # sample: draw from the n-gram distribution (the paper); top1: point mass at the most
+    # likely continuation; nucleus: draw from the n-gram distribution cut by the target's own
+    # top-k / top-p; auto: top1 under greedy decoding, else sample.
+    mode: str = "auto"
+    # what to do when the (n-1)-token context was never seen: stop drafting (llama.cpp), back
+    # off to shorter contexts, or draw from a uniform distribution over the vocabulary (the paper)
+    unseen: str = "backoff"
+    threshold: float = 0.0  # stop when the context's most likely continuation is less probable
+    min_backoff: int = 0  # shortest context length backed off to (0 = the unigram)
+    width: int = 32  # keep the `width` most frequent continuations of a context (renormalised)
+    lookup: int = 0  # prompt lookup: longest context (in tokens) matched in prompt + output; 0 = off
+    lookup_min: int = 2  # shortest lookup match that overrides the trained model
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"unknown n-gram mode {self.mode!r}; choose one of {', '.join(MODES)}")
+        if self.unseen not in UNSEEN_POLICIES:
+            raise ValueError(
+                f"unknown unseen-context policy {self.unseen!r}; choose one of {', '.join(UNSEEN_POLICIES)}"
+            )
+        if not 0.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be in [0, 1] (got {self.threshold})")
+        if self.width < 1:
+            raise ValueError(f"width must be >= 1 (got {self.width})")
+        if self.min_backoff < 0 or self.lookup < 0 or self.lookup_min < 1:
+            raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "NgramDraftConfig":
+        types = {f.name: f.type for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for name, value in options.items():
+            if name not in types:
+                raise ValueError(f"unknown n-gram drafter option {name!r}; known: {', '.join(types)}")
+            kind = {"str": str, "float": float, "int": int}[str(types[name])]
+            try:
+                kwargs[name] = kind(value)
+            except ValueError as exc:
+                raise ValueError(f"n-gram drafter option {name}={value!r} is not a {kind.__name__}") from exc
+        return cls(**kwargs)
+
+
+# A row: (tokens, cumulative counts, total, padded ids [width] int64, padded probs [width] f32, top p)
+_Row = tuple[list[int], list[int], int, np.ndarray, np.ndarray, float]
+_UNIFORM = "uniform"
+
+
+class NgramDrafter(Drafter):
+    name = "ngram"
+
+    def __init__(self, model: NgramModel, config: NgramDraftConfig = NgramDraftConfig(), vocab_size: int | None = None):
+        self.model = model
+        self.config = config
+        self.vocab_size = vocab_size if vocab_size is not None else model.vocab_size
+        self._vocab_map = model.vocab_map.astype(np.int64)
+        self._dense_of: dict[int, int] = dict(zip(self._vocab_map.tolist(), range(model.base)))
+        self._base = model.base
+        self._ctx_len = model.order - 1
+        self._rows: list[dict[int, _Row | None]] = [dict() for _ in range(model.order)]
+        self._mode = "sample"
+        self._cut: tuple[int, float] = (0, 1.0)  # (top_k, top_p) applied to rows in nucleus mode
+        self._dense: list[int] = []  # dense ids of the context so far (-1: not in the corpus)
+        self._history: list[int] = []  # target token ids of the context so far
+        self._lookup: dict[tuple[int, ...], dict[int, int]] = {}
+        self._last: list[int] = []
+        self._rng = random.Random(0)
+        self._seconds: list[float] = []
+
+    # --- the Drafter interface -------------------------------------------------------------
+    def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        mode = self.config.mode
+        if mode == "auto":
+            mode = "top1" if sampling.greedy else "sample"
+        cut = (sampling.top_k, sampling.top_p) if mode == "nucleus" else (0, 1.0)
+        if (mode, cut) != (self._mode, self._cut):
+            self._rows = [dict() for _ in range(self.model.order)]  # rows depend on the cut
+        self._mode, self._cut = mode, cut
+        # One draw from the engine's generator seeds ours: reproducible, and no torch per token.
+        self._rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=generator)))
+        self._history = [int(t) for t in context_ids]
+        get = self._dense_of.get
+        self._dense = [get(t, -1) for t in self._history]
+        self._lookup = {}
+        if self.config.lookup:
+            self._index_lookup(0)
+        self._seconds = []
+
+    def propose(self, gamma: int) -> Draft:
+        t0 = time.perf_counter()
+        cfg = self.config
+        n_ctx = self._ctx_len
+        ctx = self._dense[-n_ctx:] if n_ctx else []
+        hist = self._history[-cfg.lookup :] if cfg.lookup else None
+        point = self._mode == "top1"
+        rand = self._rng.random
+        drafted: list[int] = []
+        rows: list[Any] = []
+        for _ in range(gamma):
+            row = self._lookup_row(hist) if hist is not None else None
+            if row is None:
+                row = self._find_row(ctx)
+            if row is None:
+                break
+            if row is _UNIFORM:
+                tok = self._rng.randrange(self.vocab_size)
+            else:
+                if row[5] < cfg.threshold:
+                    break
+                if point:
+                    tok = row[0][0]
+                else:
+                    tok = row[0][bisect_right(row[1], int(rand() * row[2]))]
+            drafted.append(tok)
+            rows.append(row)
+            if n_ctx:
+                ctx.append(self._dense_of.get(tok, -1))
+                if len(ctx) > n_ctx:
+                    del ctx[0]
+            if hist is not None:
+                hist.append(tok)
+        self._last = drafted
+        k = len(drafted)
+        if not k:
+            return Draft.empty()
+        tokens = torch.from_numpy(np.array(drafted, dtype=np.int64))
+        if any(r is _UNIFORM for r in rows):
+            probs: Any = self._dense_probs(rows, drafted)
+        elif point:
+            probs = None
+        else:
+            probs = SparseProbs(
+                indices=torch.from_numpy(np.concatenate([r[3] for r in rows]).reshape(k, -1)),
+                probs=torch.from_numpy(np.concatenate([r[4] for r in rows]).reshape(k, -1)),
+            )
+        self._seconds.append((time.perf_counter() - t0) / k)
+        return Draft(tokens=tokens, probs=probs, forwards=k)
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        new = self._last[:n_accepted] + [int(next_token)]
+        start = len(self._history)
+        self._history.extend(new)
+        get = self._dense_of.get
+        self._dense.extend(get(t, -1) for t in new)
+        if self.config.lookup:
+            self._index_lookup(start)
+
+    def forward_seconds(self) -> list[float]:
+        """Seconds per drafted token of each proposal (one table walk is one draft 'forward')."""
+        return list(self._seconds)
+
+    # --- rows ------------------------------------------------------------------------------
+    def _find_row(self, ctx: list[int]) -> _Row | str | None:
+        """The row of the longest usable context, following the unseen-context policy."""
+        cfg = self.config
+        longest = min(len(ctx), self._ctx_len)
+        lowest = min(cfg.min_backoff, longest) if cfg.unseen == "backoff" else longest
+        for k in range(longest, lowest - 1, -1):
+            sub = ctx[len(ctx) - k :]
+            if k == 1:
+                key = sub[0]
+                if key < 0:
+                    continue
+            else:
+                key = 0
+                for d in sub:
+                    if d < 0:
+                        key = -1
+                        break
+                    key = key * self._base + d
+                if key < 0:
+                    continue
+            cache = self._rows[k]
+            row = cache.get(key, _UNIFORM)  # _UNIFORM doubles as "not cached yet"
+            if row is _UNIFORM:
+                row = self._build_row(k, key)
+                cache[key] = row
+            if row is not None:
+                return row
+        if cfg.unseen == "uniform" and self.vocab_size:
+            return _UNIFORM
+        return None
+
+    def _build_row(self, k: int, key: int) -> _Row | None:
+        found = self.model.tables[k].row(key)
+        if found is None or found[0].size == 0:
+            return None
+        width = self.config.width
+        dense, counts = found[0][:width], found[1][:width].astype(np.int64)
+        top_k, top_p = self._cut
+        if top_k:
+            dense, counts = dense[:top_k], counts[:top_k]
+        if top_p < 1.0:
+            # As in sampling.logits_to_probs: drop a token once the mass before it reaches top_p.
+            p = counts / counts.sum()
+            keep = max(1, int(((np.cumsum(p) - p) < top_p).sum()))
+            dense, counts = dense[:keep], counts[:keep]
+        return self._row(self._vocab_map[dense.astype(np.int64)].tolist(), counts.tolist())
+
+    def _row(self, tokens: list[int], counts: list[int]) -> _Row:
+        width = self.config.width
+        total = sum(counts)
+        ids = np.zeros(width, dtype=np.int64)
+        ids[: len(tokens)] = tokens
+        probs = np.zeros(width, dtype=np.float32)
+        probs[: len(tokens)] = np.asarray(counts, dtype=np.float64) / total
+        return tokens, list(itertools.accumulate(counts)), total, ids, probs, counts[0] / total
+
+    def _dense_probs(self, rows: list[Any], drafted: list[int]) -> torch.Tensor:
+        out = torch.zeros(len(rows), self.vocab_size, dtype=torch.float32)
+        for i, row in enumerate(rows):
+            if row is _UNIFORM:
+                out[i] = 1.0 / self.vocab_size
+            elif self._mode == "top1":
+                out[i, drafted[i]] = 1.0
+            else:
+                out[i, torch.from_numpy(row[3])] += torch.from_numpy(row[4])
+        return out
+
+    # --- prompt lookup ---------------------------------------------------------------------
+    def _index_lookup(self, start: int) -> None:
+        """Count, for each new position, its continuation after the 1…lookup tokens before it."""
+        h, table, longest = self._history, self._lookup, self.config.lookup
+        for i in range(max(start, 1), len(h)):
+            nxt = h[i]
+            for n in range(self.config.lookup_min, min(longest, i) + 1):
+                cont = table.setdefault(tuple(h[i - n : i]), {})
+                cont[nxt] = cont.get(nxt, 0) + 1
+
+    def _lookup_row(self, hist: list[int]) -> _Row | None:
+        """The continuations of the longest suffix of the text seen before in this text."""
+        table = self._lookup
+        for n in range(min(self.config.lookup, len(hist)), self.config.lookup_min - 1, -1):
+            cont = table.get(tuple(hist[len(hist) - n :]))
+            if cont:
+                items = sorted(cont.items(), key=lambda kv: -kv[1])[: self.config.width]
+                return self._row([t for t, _ in items], [c for _, c in items])
+        return None
+
+
+def parse_spec(arg: str) -> tuple[str, dict[str, str]]:
+    """``FILE[,option=value...]`` -> (FILE, options)."""
+    path, *rest = arg.split(",")
+    if not path:
+        raise ValueError("the ngram drafter needs a file: ngram:FILE[,option=value...]")
+    options = {}
+    for item in rest:
+        name, eq, value = item.partition("=")
+        if not eq:
+            raise ValueError(f"n-gram drafter option {item!r} must be written name=value")
+        options[name.strip()] = value.strip()
+    return path, options
+
+
+@register("ngram")
+def _ngram_factory(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
+    from babelspec.ngram.corpus import tokenizer_fingerprint
+
+    path, options = parse_spec(arg)
+    config = NgramDraftConfig.from_options(options)
+    model = NgramModel.load(Path(path))
+    if getattr(target, "tokenizer", None) is not None:
+        model.check_tokenizer(tokenizer_fingerprint(target.tokenizer))
+    if model.base and int(model.vocab_map[-1]) >= target.vocab_size:
+        raise ValueError(
+            f"{path}: token id {int(model.vocab_map[-1])} is outside the target's vocabulary of "
+            f"{target.vocab_size}; the file was trained with another tokenizer"
+        )
+    drafter = NgramDrafter(model, config, vocab_size=target.vocab_size)
+    drafter.name = f"ngram:{Path(path).name}"
+    return drafter

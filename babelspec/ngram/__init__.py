@@ -1,0 +1,35 @@
+"""N-gram drafting models: vectorised counting (``counting``), the file format (``model``),
+corpus tokenisation and the tokenizer fingerprint (``corpus``), the CLI (``cli``) and the
+benchmark (``bench``). The drafter that walks a model is ``babelspec.drafters.ngram``."""
+
+from babelspec.ngram.counting import CountConfig, count_ngrams
+from babelspec.ngram.model import NgramFileError, NgramModel, NgramTable, TokenizerMismatchError
+
+__all__ = [
+    "CountConfig",
+    "NgramFileError",
+    "NgramModel",
+    "NgramTable",
+    "TokenizerMismatchError",
+    "count_ngrams",
+    "train",
+]
+
+
+def train(texts, tokenizer, config: CountConfig = CountConfig(), *, corpus_name: str = "", progress: bool = False):
+    """Tokenise ``texts`` with ``tokenizer`` (always the target's) and count an n-gram model."""
+    import time
+
+    from babelspec.ngram.corpus import tokenize_texts, tokenizer_fingerprint
+
+    tokens, lengths, sizes = tokenize_texts(texts, tokenizer, progress=progress)
+    t0 = time.perf_counter()
+    model = count_ngrams(
+        tokens,
+        lengths,
+        config,
+        tokenizer=tokenizer_fingerprint(tokenizer),
+        training={"corpus": corpus_name, "texts": sizes["texts"], "characters": sizes["characters"]},
+    )
+    model.training["count_seconds"] = round(time.perf_counter() - t0, 4)
+    return model

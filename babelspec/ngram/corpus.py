@@ -1,0 +1,131 @@
+"""From texts to token arrays, and the tokenizer fingerprint an n-gram file carries."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+    """Vocabulary size and sha256 of the (id, token) list: equal iff the vocabularies are equal."""
+    try:
+        return dict(_FINGERPRINTS[tokenizer])
+    except (KeyError, TypeError):
+        pass
+    vocab: dict[str, int] = tokenizer.get_vocab()
+    pairs = sorted(vocab.items(), key=lambda kv: kv[1])
+    digest = hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in pairs).encode("utf-8", "surrogatepass"))
+    fp = {
+        "name": str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
+        "vocab_size": len(vocab),
+        "vocab_sha256": digest.hexdigest(),
+    }
+    try:
+        _FINGERPRINTS[tokenizer] = fp
+    except TypeError:
+        pass
+    return dict(fp)
+
+
+def _encode_batch(tokenizer: Any, batch: list[str]) -> list[list[int]]:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:  # the Rust tokenizer directly: parallel, no Python post-processing
+        return [e.ids for e in backend.encode_batch(batch, add_special_tokens=False)]
+    if hasattr(tokenizer, "encode_batch"):  # a bare `tokenizers.Tokenizer`
+        return [e.ids for e in tokenizer.encode_batch(batch, add_special_tokens=False)]
+    return tokenizer(batch, add_special_tokens=False)["input_ids"]
+
+
+def tokenize_texts(
+    texts: Iterable[str],
+    tokenizer: Any,
+    *,
+    batch_size: int = 2048,
+    separator: str = "\n",
+    progress: bool = False,
+    total: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+    """Tokenise ``texts`` in batches with the (fast) tokenizer.
+
+    Each text is one document (n-grams never cross documents); ``separator`` is appended to
+    each so the model also learns how a line ends. Returns (tokens, document lengths, sizes).
+    """
+    chunks: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    n_chars = n_texts = 0
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit=" texts", desc="tokenising", dynamic_ncols=True)
+    it = iter(texts)
+    while True:
+        raw = list(itertools.islice(it, batch_size))
+        if not raw:
+            break
+        batch = [t + separator for t in raw if t and not t.isspace()]
+        if not batch:
+            continue
+        ids = _encode_batch(tokenizer, batch)
+        lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32, count=int(lens.sum()))
+        chunks.append(flat)
+        lengths.append(lens)
+        n_chars += sum(map(len, batch))
+        n_texts += len(batch)
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    tokens = np.concatenate(chunks) if chunks else np.zeros(0, dtype=np.int32)
+    doc_lengths = np.concatenate(lengths) if lengths else np.zeros(0, dtype=np.int64)
+    return tokens, doc_lengths, {"texts": n_texts, "characters": n_chars, "tokens": int(tokens.size)}
+
+
+def read_text_file(path: str | Path) -> Iterator[str]:
+    """Lines of a UTF-8 text file, with a clear error naming the file on bad encoding."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        lineno = 0
+        try:
+            for lineno, line in enumerate(f, start=1):  # noqa: B007
+                yield line.rstrip("\n")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: not UTF-8 text near line {lineno + 1} ({exc.reason}); convert it to UTF-8") from exc
+
+
+def corpus_texts(source: str) -> tuple[Iterable[str], str]:
+    """Texts of a corpus SOURCE: a file or directory path, or a language code of the bundled data.
+
+    Returns (texts, a name for the training metadata).
+    """
+    path = Path(source)
+    if path.exists():
+        try:  # the data layer's loaders know the research formats (TSV, JSONL, Leipzig, …)
+            from babelspec.data import loaders  # type: ignore[attr-defined]
+
+            load = getattr(loaders, "load_texts", None) or getattr(loaders, "load", None)
+        except ImportError:
+            load = None
+        if load is not None:
+            return load(path), path.name
+        if path.is_dir():
+            raise ValueError(f"{source}: a directory needs babelspec.data.loaders; give a text file instead")
+        return read_text_file(path), path.name
+    try:
+        from babelspec.data.corpus import monolingual  # type: ignore[import-not-found]
+    except ImportError as exc:
+        raise ValueError(
+            f"corpus {source!r} is not a file, and the bundled data is not available to resolve it "
+            f"as a language code ({exc}); give a path to a text file"
+        ) from exc
+    texts = monolingual(source, "train")
+    return texts, f"bundled:{source}:train"

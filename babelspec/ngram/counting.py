@@ -1,0 +1,177 @@
+"""Counting n-grams of token ids with NumPy: sorts and segment sums, no loop per token.
+
+Every order k+1 (context length k = 0 … n−1) is counted from the same concatenated token
+array: an n-gram is one uint64 code (its k+1 dense ids as base-U digits, U = distinct tokens),
+so counting is one sort plus a diff. N-grams never cross a document boundary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from babelspec.ngram.model import NgramModel, NgramTable
+
+_U64_LIMIT = 2**64
+
+
+@dataclass(frozen=True)
+class CountConfig:
+    order: int = 2  # n: the longest n-gram counted (the paper's bigram is n = 2)
+    min_count: int = 1  # drop (context, next) pairs seen fewer times (not applied to unigrams)
+    max_continuations: int = 0  # keep at most this many continuations per context; 0 = all
+
+    def __post_init__(self) -> None:
+        if self.order < 1:
+            raise ValueError(f"order must be >= 1 (got {self.order}); 2 is the paper's bigram")
+        if self.min_count < 1:
+            raise ValueError(f"min_count must be >= 1 (got {self.min_count})")
+        if self.max_continuations < 0:
+            raise ValueError(f"max_continuations must be >= 0 (got {self.max_continuations}); 0 keeps all")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _smallest_uint(max_value: int) -> np.dtype:
+    for dt in (np.uint16, np.uint32, np.uint64):
+        if max_value <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    raise ValueError(f"value {max_value} does not fit in 64 bits")
+
+
+def _unique_counts(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted distinct values and their multiplicities (np.unique without its extra passes)."""
+    if codes.size == 0:
+        return codes, np.zeros(0, dtype=np.int64)
+    codes = np.sort(codes)
+    starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
+    counts = np.diff(np.append(starts, codes.size))
+    return codes[starts], counts
+
+
+def _build_table(k: int, ctx: np.ndarray, nxt: np.ndarray, cnt: np.ndarray, config: CountConfig) -> NgramTable:
+    """CSR table from (context key, next, count) sorted by context key; rows by count descending."""
+    if k > 0 and config.min_count > 1:
+        keep = cnt >= config.min_count
+        ctx, nxt, cnt = ctx[keep], nxt[keep], cnt[keep]
+    n = ctx.size
+    if n:
+        new_row = np.concatenate(([True], ctx[1:] != ctx[:-1]))
+        group = np.cumsum(new_row) - 1
+        cmax = int(cnt.max())
+        # One sort key: row first, then count descending (ties keep the token order: stable sort).
+        if int(group[-1]) * (cmax + 1) + cmax < 2**63:
+            order = np.argsort(group * (cmax + 1) + (cmax - cnt), kind="stable")
+        else:
+            order = np.lexsort((-cnt, group))
+        nxt, cnt = nxt[order], cnt[order]
+        row_starts = np.flatnonzero(new_row)
+        if config.max_continuations:
+            rank = np.arange(n) - row_starts[group]
+            keep = rank < config.max_continuations
+            nxt, cnt, group = nxt[keep], cnt[keep], group[keep]
+        keys = ctx[row_starts]
+        sizes = np.bincount(group, minlength=keys.size)
+    else:
+        keys = np.zeros(0, dtype=np.uint64)
+        sizes = np.zeros(0, dtype=np.int64)
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    return NgramTable(
+        context_length=k,
+        keys=keys.astype(_smallest_uint(max(int(keys.max()) if keys.size else 0, 2**16)), copy=False),
+        offsets=offsets.astype(_smallest_uint(max(int(offsets[-1]), 2**16)), copy=False),
+        next_tokens=nxt.astype(_smallest_uint(int(nxt.max()) if nxt.size else 0), copy=False),
+        counts=cnt.astype(_smallest_uint(int(cnt.max()) if cnt.size else 0), copy=False),
+    )
+
+
+def count_ngrams(
+    tokens: np.ndarray,
+    doc_lengths: np.ndarray | None = None,
+    config: CountConfig = CountConfig(),
+    *,
+    tokenizer: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> NgramModel:
+    """Count every n-gram of order 1 … ``config.order`` in ``tokens``.
+
+    ``tokens`` holds the documents back to back; ``doc_lengths`` their lengths (one document
+    when None). ``tokenizer`` is the fingerprint stored with the model.
+    """
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D array of token ids (got shape {tokens.shape})")
+    if tokens.size and int(tokens.min()) < 0:
+        raise ValueError("token ids must be >= 0")
+    if doc_lengths is None:
+        doc_lengths = np.array([tokens.size], dtype=np.int64)
+    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if int(doc_lengths.sum()) != tokens.size:
+        raise ValueError(f"document lengths sum to {int(doc_lengths.sum())} but there are {tokens.size} tokens")
+
+    n_tokens = int(tokens.size)
+    present = np.bincount(tokens, minlength=1) > 0 if n_tokens else np.zeros(0, bool)
+    vocab_map = np.flatnonzero(present).astype(np.uint32)
+    base = int(vocab_map.size)
+    if base and base ** config.order >= _U64_LIMIT - 1:
+        max_order = 1
+        while base ** (max_order + 1) < _U64_LIMIT:
+            max_order += 1
+        raise ValueError(
+            f"order {config.order} is too high for a corpus with {base} distinct tokens "
+            f"(n-gram codes must fit in 64 bits); use order <= {max_order}"
+        )
+    # n-gram codes use the narrowest unsigned type that holds base**order (uint32 sorts faster)
+    code_dtype = np.uint32 if base ** config.order < 2**32 else np.uint64
+    lookup = np.zeros(int(vocab_map[-1]) + 1 if base else 1, dtype=code_dtype)
+    lookup[vocab_map] = np.arange(base, dtype=code_dtype)
+    dense = lookup[tokens]
+    del lookup
+    doc_starts = (np.cumsum(doc_lengths) - doc_lengths)[doc_lengths > 0]
+    sentinel = np.iinfo(code_dtype).max  # marks n-grams that would cross a document boundary
+
+    tables: list[NgramTable] = []
+    ubase = code_dtype(max(base, 1))
+    for k in range(config.order):
+        if k == 0:
+            counts = np.bincount(dense, minlength=base) if base else np.zeros(0, np.int64)
+            nxt = np.flatnonzero(counts)
+            ctx = np.zeros(nxt.size, dtype=np.uint64)
+            tables.append(_build_table(0, ctx, nxt, counts[nxt], config))
+            continue
+        m = n_tokens - k
+        if m <= 0:
+            empty = np.zeros(0, dtype=np.uint64)
+            tables.append(_build_table(k, empty, empty, np.zeros(0, np.int64), config))
+            continue
+        code = dense[0:m].copy()
+        for j in range(1, k + 1):
+            code *= ubase
+            code += dense[j : j + m]
+        # The n-gram starting at position s - j (j = 1..k) spans the start s of a document.
+        for j in range(1, k + 1):
+            bad = doc_starts - j
+            code[bad[(bad >= 0) & (bad < m)]] = sentinel
+        codes, counts = _unique_counts(code)
+        del code
+        if codes.size and codes[-1] == sentinel:
+            codes, counts = codes[:-1], counts[:-1]
+        codes = codes.astype(np.uint64, copy=False)
+        ctx, nxt = codes // np.uint64(ubase), codes % np.uint64(ubase)
+        tables.append(_build_table(k, ctx, nxt, counts, config))
+
+    meta = dict(training or {})
+    meta.update(
+        {
+            "tokens": n_tokens,
+            "documents": int(doc_lengths.size),
+            "distinct_tokens": base,
+            **config.to_dict(),
+        }
+    )
+    return NgramModel(
+        order=config.order, vocab_map=vocab_map, tables=tables, tokenizer=dict(tokenizer or {}), training=meta
+    )
