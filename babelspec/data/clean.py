@@ -47,6 +47,8 @@ _ACCEL_AMP = re.compile(r"&(?=\w)(?![A-Za-z][A-Za-z0-9._-]*;)")
 # Accelerator written as a bracketed key after a translation, e.g. "ፋይል (_F)" or "Fichièr(&F)".
 _ACCEL_BRACKET = re.compile(r"\s*\((?:_|&|~)\w\)")
 _WS = re.compile(r"\s+")
+# Standard HTML entities are text (&amp; is "&"); other entities (&brandShortName;) are variables.
+_HTML_ENTITY = re.compile(r"&(amp|lt|gt|quot|apos|nbsp|#\d+|#x[0-9a-fA-F]+);")
 
 
 def strip_accelerators(text: str) -> str:
@@ -77,10 +79,11 @@ def clean_ui_string(text: str) -> str | None:
     text = text.replace("\\n", " ").replace("\\t", " ")
     for var, name in _PRODUCT_NAMES.items():
         text = text.replace(var, name)
+    text = _HTML_ENTITY.sub(lambda m: html.unescape(m.group(0)), text)
     text = strip_accelerators(text)
     if has_placeholder(text):
         return None
-    text = unicodedata.normalize("NFC", collapse_ws(html.unescape(text)))
+    text = unicodedata.normalize("NFC", collapse_ws(text))
     if not any(ch.isalpha() for ch in text):
         return None
     if len(text) > 1000 or "://" in text or text.startswith(("-", "--")):

