@@ -1,0 +1,68 @@
+"""``babelspec distill``: train a drafter by knowledge distillation from the target."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+
+def distill_command(
+    mode: str = typer.Option(..., "--mode", help="task (teacher translations) or general "
+                             "(monolingual text)"),
+    lang: str = typer.Option(..., "--lang", help="language code, e.g. yor, amh, npi"),
+    out: Path = typer.Option(..., "-o", "--out", help="output directory (a distilled:DIR drafter)"),
+    teacher: str = typer.Option(None, "--teacher", help="teacher (= target) preset or path "
+                                "[default: gemma-3-270m]"),
+    student: str = typer.Option(None, "--student", help="self:K, self:K,head=corpus or "
+                                "model:PATH_OR_PRESET [default: self:6,head=corpus]"),
+    config: Path = typer.Option(None, "--config", help="TOML config, e.g. configs/distill/demo.toml"),
+    steps: int = typer.Option(None, "--steps", help="optimizer steps"),
+    batch_size: int = typer.Option(None, "--batch-size"),
+    grad_accum: int = typer.Option(None, "--grad-accum"),
+    lr: float = typer.Option(None, "--lr"),
+    loss: str = typer.Option(None, "--loss", help="ce (the paper's) or kl (renormalised top-k)"),
+    k: int = typer.Option(None, "--k", help="teacher top-k cached per position"),
+    max_examples: int = typer.Option(None, "--max-examples"),
+    eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
+    cache_dir: str = typer.Option(None, "--cache-dir", help="teacher cache directory"),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
+    as_json: bool = typer.Option(False, "--json", help="print the metadata as JSON"),
+    no_progress: bool = typer.Option(False, "--no-progress"),
+) -> None:
+    """Distil a drafter for one language: cache the teacher's top-k, train, evaluate, save."""
+    from babelspec.distill.pipeline import MODES, load_config, run_distill
+
+    if mode not in MODES:
+        raise typer.BadParameter(f"{mode!r}; choose one of {', '.join(MODES)}", param_hint="--mode")
+    if config is not None and not config.exists():
+        raise typer.BadParameter(f"{config} does not exist", param_hint="--config")
+    try:
+        cfg = load_config(config, mode=mode, lang=lang, teacher=teacher, student=student,
+                          cache_dir=cache_dir, **{"train.steps": steps,
+                                                  "train.batch_size": batch_size,
+                                                  "train.grad_accum": grad_accum,
+                                                  "train.lr": lr, "train.loss": loss,
+                                                  "data.k": k, "data.max_examples": max_examples,
+                                                  "eval.prompts": eval_prompts})
+        cfg.validate()
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from err
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    meta = run_distill(cfg, out, progress=not no_progress)
+    if as_json:
+        typer.echo(json.dumps({k: v for k, v in meta.items() if k != "losses"}, indent=2))
+        return
+    typer.echo(f"wrote {out} ({meta['steps']} steps, final loss {meta['final_loss']:.4f})")
+    for task in cfg.eval.tasks:
+        b, a = meta["eval_before"].get(task), meta["eval_after"].get(task)
+        if b and a:
+            typer.echo(f"  {task}: expected acceptance {b['expected_acceptance']:.4f} -> "
+                       f"{a['expected_acceptance']:.4f}, KD loss {b['kd_loss']:.4f} -> "
+                       f"{a['kd_loss']:.4f}")
+    typer.echo("  wall seconds: " + ", ".join(f"{k}={v:.1f}"
+                                              for k, v in meta["wall_seconds"].items()))

@@ -1,0 +1,66 @@
+"""What distillation reads from the data layer: task prompts and monolingual text.
+
+Translation and story prompts come from the task registry (``babelspec.data.tasks``); training
+prompts use the parallel *train* split, evaluation prompts the *test* split, so nothing the
+student is evaluated on was seen in training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from babelspec.distill.teacher import PromptItem
+
+
+def _tokenize_prompt(tokenizer: Any, prompt: Any) -> list[int]:
+    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
+        return list(prompt)
+    text = getattr(prompt, "text", prompt)
+    ids = tokenizer(text, add_special_tokens=True).input_ids
+    return list(ids)
+
+
+def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: int | None,
+                 seed: int = 0) -> list[PromptItem]:
+    """Prompts of ``task_name`` ("translation" or "story") for ``lang`` on ``split``."""
+    from babelspec.data.tasks import get_task
+
+    task = get_task(task_name)
+    prompts = task.prompts(lang, split=split, tokenizer=tokenizer, limit=limit, seed=seed)
+    items = []
+    for prompt in prompts:
+        stops = tuple(getattr(prompt, "stop_strings", ()) or ())
+        ids = getattr(prompt, "token_ids", None) or _tokenize_prompt(tokenizer, prompt)
+        items.append(PromptItem(prompt_ids=tuple(ids), stop_strings=stops))
+    return items
+
+
+def monolingual_token_ids(lang: str, tokenizer: Any, split: str = "train",
+                          limit_texts: int | None = None) -> list[list[int]]:
+    """The language's monolingual text, tokenized with the target's tokenizer (with BOS)."""
+    from babelspec.data.corpus import monolingual
+
+    texts = monolingual(lang, split)
+    if limit_texts is not None:
+        texts = texts[:limit_texts]
+    if not texts:
+        raise ValueError(f"no monolingual {split} text for {lang!r}; see `babelspec data list`")
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=True).input_ids]
+
+
+def corpus_vocabulary(lang: str, tokenizer: Any, extra: Sequence[Sequence[int]] = ()) -> list[int]:
+    """Token ids a vocabulary-restricted head keeps: every id of the language's training text
+    (monolingual and the target side of the parallel train split), the teacher's training
+    responses (``extra``) and the tokenizer's special tokens."""
+    import numpy as np
+
+    from babelspec.data.corpus import monolingual, parallel
+
+    texts = list(monolingual(lang, "train")) + [t for _, t in parallel(lang, "train")]
+    ids = tokenizer(texts, add_special_tokens=True).input_ids if texts else []
+    arrays = [np.asarray(x, dtype=np.int64) for x in ids] + \
+             [np.asarray(x, dtype=np.int64) for x in extra]
+    specials = [i for i in tokenizer.all_special_ids if i is not None]
+    arrays.append(np.asarray(specials, dtype=np.int64))
+    return np.unique(np.concatenate(arrays)).tolist()

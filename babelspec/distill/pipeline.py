@@ -1,0 +1,328 @@
+"""One distillation run, end to end: teacher cache -> student -> train -> evaluate -> save.
+
+Every expensive stage is resumable: the teacher's top-k cache and the held-out evaluation sets
+live in shard caches (skipped when complete), training resumes from its latest checkpoint, and
+the evaluation before training is stored in the output directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from babelspec.distill.cache import Example, TopKCache, build_cache, write_json_atomic
+from babelspec.distill.trainer import TrainConfig, TrainState, latest_checkpoint, train
+
+MODES = ("task", "general")
+EVAL_TASKS = ("translation", "story")
+
+
+@dataclass
+class DataConfig:
+    k: int = 20  # teacher top-k kept per response position
+    logp_dtype: str = "float16"  # "float16" halves the cache; "float32" for exact logits
+    max_examples: int = 4800  # training examples (prompts in task mode, windows in general)
+    max_new_tokens: int = 128  # teacher greedy response length in task mode
+    max_tokens: int = 256  # general mode: window length of monolingual text
+    shard_size: int = 64
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"data.k must be >= 1 (got {self.k})")
+        if self.logp_dtype not in ("float16", "float32"):
+            raise ValueError(f"data.logp_dtype must be float16 or float32 (got {self.logp_dtype!r})")
+        for name in ("max_examples", "max_new_tokens", "max_tokens", "shard_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"data.{name} must be >= 1 (got {getattr(self, name)})")
+
+
+@dataclass
+class EvalConfig:
+    tasks: tuple[str, ...] = EVAL_TASKS  # held-out tasks the expected acceptance is measured on
+    prompts: int = 16  # held-out prompts per task (test split)
+    max_new_tokens: int = 64  # length of the teacher's sampled held-out responses
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.tasks = tuple(self.tasks)
+        bad = [t for t in self.tasks if t not in EVAL_TASKS]
+        if bad:
+            raise ValueError(f"eval.tasks {bad} unknown; choose from {', '.join(EVAL_TASKS)}")
+        if self.prompts < 0 or self.max_new_tokens < 1:
+            raise ValueError("eval.prompts must be >= 0 and eval.max_new_tokens >= 1")
+
+
+@dataclass
+class DistillConfig:
+    mode: str = "task"
+    lang: str = ""
+    teacher: str = "gemma-3-270m"
+    student: str = "self:6,head=corpus"
+    cache_dir: str = ""  # where teacher caches go; "" = the user cache directory
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def validate(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r})")
+        if not self.lang:
+            raise ValueError("a language is needed (--lang, e.g. --lang yor)")
+        from babelspec.data.languages import get_language
+
+        self.lang = get_language(self.lang).code
+        from babelspec.distill.students import StudentSpec
+
+        StudentSpec.parse(self.student)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> DistillConfig:
+    """A ``DistillConfig`` from a TOML file (sections [data], [train], [eval]) plus overrides
+    (top-level keys, or ``section.key``); unknown keys are errors, not silently ignored."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.exists():
+            raise ValueError(f"config file {path} does not exist")
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise ValueError(f"{path} is not valid TOML: {err}") from err
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        section, _, name = key.rpartition(".")
+        (raw.setdefault(section, {}) if section else raw)[name] = value
+    sections = {"data": DataConfig, "train": TrainConfig, "eval": EvalConfig}
+    top_known = {f.name for f in fields(DistillConfig)}
+    unknown = set(raw) - top_known
+    if unknown:
+        raise ValueError(f"unknown config keys {sorted(unknown)}; known: {sorted(top_known)}")
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in sections:
+            cls = sections[key]
+            known = {f.name for f in fields(cls)}
+            bad = set(value) - known
+            if bad:
+                raise ValueError(f"unknown [{key}] keys {sorted(bad)}; known: {sorted(known)}")
+            kwargs[key] = cls(**value)
+        else:
+            kwargs[key] = value
+    return DistillConfig(**kwargs)
+
+
+def _cache_root(config: DistillConfig) -> Path:
+    if config.cache_dir:
+        return Path(config.cache_dir)
+    from babelspec.models import cache_dir
+
+    return cache_dir() / "distill"
+
+
+def _key(meta: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass
+class Teacher:
+    spec: str
+    model: torch.nn.Module
+    tokenizer: Any
+
+    @property
+    def eos_ids(self) -> list[int]:
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ids = [eos] if isinstance(eos, int) else list(eos or [])
+        if self.tokenizer.eos_token_id is not None and self.tokenizer.eos_token_id not in ids:
+            ids.append(self.tokenizer.eos_token_id)
+        return ids
+
+
+def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = True) -> TopKCache:
+    """Build (or reuse, or finish) the teacher's top-k cache of the training examples."""
+    from tqdm.auto import tqdm
+
+    from babelspec.distill import data, teacher as tmod
+
+    d = config.data
+    dtype = np.dtype(d.logp_dtype)
+    meta = {"kind": "train", "mode": config.mode, "lang": config.lang, "teacher": teacher.spec,
+            "k": d.k, "logp_dtype": d.logp_dtype, "max_examples": d.max_examples}
+    if config.mode == "task":
+        meta["max_new_tokens"] = d.max_new_tokens
+        items = data.task_prompts("translation", config.lang, teacher.tokenizer, "train",
+                                  d.max_examples)
+
+        def make(start: int, stop: int) -> list[Example]:
+            return tmod.task_examples(teacher.model, teacher.tokenizer, items[start:stop], d.k,
+                                      d.max_new_tokens, dtype)
+    else:
+        meta["max_tokens"] = d.max_tokens
+        bos = teacher.tokenizer.bos_token_id
+        windows = tmod.chunk_token_ids(data.monolingual_token_ids(config.lang, teacher.tokenizer),
+                                       d.max_tokens, bos)[: d.max_examples]
+        items = windows
+
+        def make(start: int, stop: int) -> list[Example]:
+            return tmod.text_examples(teacher.model, windows[start:stop], d.k, dtype)
+    directory = _cache_root(config) / f"train-{config.mode}-{config.lang}-{_key(meta)}"
+    bar = tqdm(total=len(items), desc=f"teacher top-{d.k} ({config.mode})", unit="ex",
+               disable=not progress, dynamic_ncols=True)
+    cache = build_cache(directory, meta, len(items), make, d.shard_size, progress=bar.update)
+    bar.close()
+    return cache
+
+
+def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
+              ) -> dict[str, tuple[list[Example], list[Example]]]:
+    """Per held-out task: (teacher top-k examples for the KD loss, the teacher's warped
+    distributions for the expected acceptance), on responses the teacher *sampled* under the
+    paper's decoding settings from test-split prompts -- the text a drafter faces."""
+    from tqdm.auto import tqdm
+
+    from babelspec.distill import data, teacher as tmod
+    from babelspec.sampling import SamplingConfig
+
+    e = config.eval
+    sampling = SamplingConfig.paper(seed=e.seed)
+    out = {}
+    for task in e.tasks:
+        if e.prompts == 0:
+            continue
+        meta = {"kind": "eval", "task": task, "lang": config.lang, "teacher": teacher.spec,
+                "prompts": e.prompts, "max_new_tokens": e.max_new_tokens, "seed": e.seed,
+                "k": config.data.k, "sampling": sampling.to_dict()}
+        items = data.task_prompts(task, config.lang, teacher.tokenizer, "test", e.prompts,
+                                  seed=e.seed)
+        root = _cache_root(config) / f"eval-{task}-{config.lang}-{_key(meta)}"
+        caches = {"topk": root / "topk", "warped": root / "warped"}
+        if all((d / "manifest.json").exists() and TopKCache(d).complete for d in caches.values()):
+            out[task] = (TopKCache(caches["topk"]).load_all(), TopKCache(caches["warped"]).load_all())
+            continue
+        topk, warped = [], []
+        for i in tqdm(range(len(items)), desc=f"held-out {task}", unit="ex", disable=not progress):
+            prompt = list(items[i].prompt_ids)
+            response = tmod.sampled_response(teacher.model, prompt, sampling, e.max_new_tokens,
+                                             teacher.eos_ids, seed=e.seed + i)
+            if not response:
+                continue
+            ids = prompt + response
+            topk.append(tmod.score_topk(teacher.model, ids, len(prompt), config.data.k, np.float32))
+            warped.append(tmod.warped_targets(teacher.model, ids, len(prompt), sampling))
+        # Both caches come from the one pass over the sampled responses.
+        for name, examples, values in (("topk", topk, "logp"), ("warped", warped, "prob")):
+            cache = TopKCache(caches[name], {**meta, "values": values})
+            if examples:
+                cache.write_shard(0, examples)
+            cache.mark_complete(len(examples))
+        out[task] = (topk, warped)
+    return out
+
+
+def evaluate(student, sets: dict[str, tuple[list[Example], list[Example]]],
+             config: DistillConfig, pad_id: int = 0) -> dict[str, Any]:
+    from babelspec.distill.evaluate import acceptance_on, kd_loss_on
+    from babelspec.sampling import SamplingConfig
+
+    started = time.perf_counter()
+    result: dict[str, Any] = {}
+    for task, (topk, warped) in sets.items():
+        acc = acceptance_on(student, warped, SamplingConfig.paper(seed=config.eval.seed))
+        result[task] = {"kd_loss": kd_loss_on(student, topk, config.train.loss,
+                                              max_seq_len=512, pad_id=pad_id), **acc}
+    result["eval_seconds"] = time.perf_counter() - started
+    return result
+
+
+def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: bool = True,
+                stop_after: int | None = None, teacher: Teacher | None = None) -> dict[str, Any]:
+    """Distil ``config.student`` from ``config.teacher`` into ``out_dir`` (a loadable drafter).
+
+    Returns the metadata written to ``out_dir/distilled.json``. Rerunning with the same
+    ``out_dir`` resumes: caches are reused and training continues from its last checkpoint.
+    """
+    from babelspec.distill import data
+    from babelspec.distill.artifact import save_distilled
+    from babelspec.distill.students import StudentSpec, build_student
+
+    config.validate()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saved_config = out_dir / "distill_config.json"
+    if latest_checkpoint(out_dir) is not None and saved_config.exists():
+        before = json.loads(saved_config.read_text())
+        now = json.loads(json.dumps(config.to_dict()))
+        if {k: v for k, v in before.items() if k != "train"} != \
+                {k: v for k, v in now.items() if k != "train"}:
+            raise ValueError(f"{out_dir} holds a run with another configuration; resume it with "
+                             "the same settings or use a new output directory")
+    write_json_atomic(saved_config, config.to_dict())
+    walls: dict[str, float] = {}
+    started = time.perf_counter()
+    if teacher is None:
+        from babelspec.distill.teacher import load_causal_lm
+
+        model, tokenizer = load_causal_lm(config.teacher)
+        teacher = Teacher(config.teacher, model, tokenizer)
+    walls["load_seconds"] = time.perf_counter() - started
+
+    t0 = time.perf_counter()
+    cache = training_cache(config, teacher, progress)
+    examples = cache.load_all()
+    walls["teacher_cache_seconds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sets = eval_sets(config, teacher, progress)
+    walls["eval_set_seconds"] = time.perf_counter() - t0
+
+    spec = StudentSpec.parse(config.student)
+    kept = None
+    if spec.kind == "self" and spec.head == "corpus":
+        kept = torch.tensor(data.corpus_vocabulary(
+            config.lang, teacher.tokenizer, [e.ids[e.mask] for e in examples]), dtype=torch.long)
+    student = build_student(spec, teacher.model, kept_ids=kept)
+    pad_id = teacher.tokenizer.pad_token_id or 0
+
+    before_path = out_dir / "eval_before.json"
+    if before_path.exists():
+        before = json.loads(before_path.read_text())
+    else:
+        student.eval()
+        before = evaluate(student, sets, config, pad_id)
+        write_json_atomic(before_path, before)
+
+    def eval_fn(s):
+        return evaluate(s, sets, config, pad_id)
+
+    state: TrainState = train(student, examples, config.train, out_dir, eval_fn=eval_fn,
+                              pad_id=pad_id, stop_after=stop_after, progress=progress)
+    walls["train_seconds"] = state.train_seconds
+    if state.step < config.train.steps:  # planned interruption: no drafter written yet
+        return {"interrupted_at_step": state.step, **walls}
+    after = evaluate(student, sets, config, pad_id)
+    meta = {
+        "mode": config.mode, "lang": config.lang, "teacher": config.teacher,
+        "student_spec": config.student, "steps": state.step,
+        "train_examples": len(examples), "train_response_tokens": int(sum(e.n_response
+                                                                          for e in examples)),
+        "losses": state.losses, "final_loss": state.losses[-1] if state.losses else None,
+        "eval_before": before, "eval_after": after, "evals": state.evals,
+        "resumed_from": state.resumed_from, "config": config.to_dict(),
+        "wall_seconds": {**walls, "total_seconds_this_process": time.perf_counter() - started},
+        "torch_threads": torch.get_num_threads(),
+    }
+    save_distilled(out_dir, student, teacher.model, meta,
+                   tokenizer=teacher.tokenizer if spec.kind == "model" else None)
+    return meta

@@ -1,0 +1,199 @@
+"""The teacher's side of distillation: its trajectories (task mode), its top-k on them, and the
+warped distributions the expected acceptance is measured against.
+
+* task mode: the teacher decodes each training prompt greedily; the response is its own output
+  (the student learns the trajectories it will be asked to draft);
+* general mode: existing monolingual text, scored off-policy (every token after the first is a
+  response token).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from babelspec.distill.cache import Example
+from babelspec.sampling import SamplingConfig, logits_to_probs
+
+
+def load_causal_lm(spec: str, device: str | None = None, dtype: torch.dtype | None = None):
+    """``(model, tokenizer)`` for a preset name or a local path (the models package's loader)."""
+    from babelspec.models import load_model
+
+    return load_model(spec, device=device, dtype=dtype)
+
+
+@dataclass(frozen=True)
+class PromptItem:
+    """One task-mode training item: the prompt's token ids and where the response must stop."""
+
+    prompt_ids: tuple[int, ...]
+    stop_strings: tuple[str, ...] = ()
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.inference_mode()
+def score_topk(model: nn.Module, ids: Sequence[int], response_start: int, k: int = 20,
+               logp_dtype: np.dtype = np.float16) -> Example:
+    """The teacher's top-k log-probs for every token at positions >= ``response_start``."""
+    if not 1 <= response_start < len(ids):
+        raise ValueError(f"response_start must be in [1, {len(ids)}) (got {response_start})")
+    tensor = torch.as_tensor(list(ids), dtype=torch.long, device=_device(model)).view(1, -1)
+    # Only the positions that predict response tokens need logits (the 262k-wide rows are big).
+    keep = len(ids) - response_start + 1
+    logits = model(input_ids=tensor, use_cache=False, logits_to_keep=keep).logits[0, :-1]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    values, indices = logp.topk(k, dim=-1)
+    mask = np.zeros(len(ids), dtype=bool)
+    mask[response_start:] = True
+    return Example(ids=np.asarray(ids, dtype=np.int32), mask=mask,
+                   topk_ids=indices.cpu().numpy().astype(np.int32),
+                   topk_values=values.cpu().numpy().astype(logp_dtype))
+
+
+@torch.inference_mode()
+def greedy_response(model: nn.Module, tokenizer, item: PromptItem, max_new_tokens: int,
+                    eos_token_ids: Sequence[int] | None = None) -> list[int]:
+    """The teacher's greedy continuation of ``item.prompt_ids``, cut at EOS or a stop string
+    (the stop string itself is kept out of the response, as the task's stop rule wants)."""
+    device = _device(model)
+    prompt = torch.tensor([list(item.prompt_ids)], dtype=torch.long, device=device)
+    if eos_token_ids is None:
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, top_k=None, top_p=None,
+                  temperature=None, eos_token_id=list(eos_token_ids) or None,
+                  pad_token_id=(list(eos_token_ids) or [0])[0],
+                  attention_mask=torch.ones_like(prompt))
+    if item.stop_strings and tokenizer is not None:
+        kwargs.update(stop_strings=list(item.stop_strings), tokenizer=tokenizer)
+    out = model.generate(prompt, **kwargs)[0, prompt.shape[1]:].tolist()
+    # Drop EOS and anything after it; cut before the first stop string.
+    for i, tok in enumerate(out):
+        if tok in eos_token_ids:
+            out = out[:i]
+            break
+    if item.stop_strings and tokenizer is not None and out:
+        out = _cut_at_stop(tokenizer, out, item.stop_strings)
+    return out
+
+
+def _cut_at_stop(tokenizer, ids: list[int], stop_strings: Sequence[str]) -> list[int]:
+    """The shortest prefix of ``ids`` whose text reaches no stop string (token granularity)."""
+    text = tokenizer.decode(ids)
+    first = min((text.find(s) for s in stop_strings if s in text), default=-1)
+    if first < 0:
+        return ids
+    # The smallest n whose decoded prefix already contains the stop: keep ids[:n-1].
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if any(s in tokenizer.decode(ids[: mid + 1]) for s in stop_strings):
+            hi = mid
+        else:
+            lo = mid + 1
+    return ids[:lo]
+
+
+def task_examples(model: nn.Module, tokenizer, items: Sequence[PromptItem], k: int,
+                  max_new_tokens: int, logp_dtype: np.dtype = np.float16) -> list[Example]:
+    """Task-mode examples: teacher greedy responses to the prompts, then their top-k."""
+    examples = []
+    for item in items:
+        response = greedy_response(model, tokenizer, item, max_new_tokens)
+        if not response:
+            continue  # the teacher stopped at once: nothing to learn from this prompt
+        ids = list(item.prompt_ids) + response
+        examples.append(score_topk(model, ids, len(item.prompt_ids), k, logp_dtype))
+    return examples
+
+
+def text_examples(model: nn.Module, token_lists: Sequence[Sequence[int]], k: int,
+                  logp_dtype: np.dtype = np.float16) -> list[Example]:
+    """General-mode examples: off-policy scoring of existing text (all tokens after the first)."""
+    return [score_topk(model, ids, 1, k, logp_dtype) for ids in token_lists if len(ids) >= 2]
+
+
+def chunk_token_ids(token_lists: Sequence[Sequence[int]], max_tokens: int,
+                    bos: int | None = None) -> list[list[int]]:
+    """Split long documents into windows of at most ``max_tokens`` (each starting with BOS when
+    the tokenizer has one), so training batches stay bounded."""
+    room = max_tokens - (1 if bos is not None else 0)
+    if room < 2:
+        raise ValueError(f"max_tokens must leave room for >= 2 tokens (got {max_tokens})")
+    out = []
+    for ids in token_lists:
+        ids = list(ids)
+        if bos is not None and ids and ids[0] == bos:
+            ids = ids[1:]
+        for start in range(0, len(ids), room):
+            piece = ids[start : start + room]
+            if len(piece) >= 2:
+                out.append(([bos] if bos is not None else []) + piece)
+    return out
+
+
+# --- evaluation: the target's warped distributions on held-out text -----------------------
+
+@torch.inference_mode()
+def warped_targets(model: nn.Module, ids: Sequence[int], response_start: int,
+                   sampling: SamplingConfig, max_support: int = 128) -> Example:
+    """The teacher's decoding-time distribution q (after repetition penalty, top-k, top-p) at
+    every position >= ``response_start``, stored sparsely as (indices, probs).
+
+    With top-k K <= ``max_support`` this is exact: q is zero outside its K kept tokens.
+    """
+    support = sampling.top_k if (sampling.top_k and not sampling.greedy) else 1
+    if not sampling.greedy and (sampling.top_k == 0 or sampling.top_k > max_support):
+        raise ValueError(
+            f"expected acceptance is stored with at most {max_support} tokens per position; "
+            f"use decoding settings with 1 <= top_k <= {max_support} (got top_k={sampling.top_k})")
+    tensor = torch.as_tensor(list(ids), dtype=torch.long, device=_device(model)).view(1, -1)
+    keep = len(ids) - response_start + 1
+    logits = model(input_ids=tensor, use_cache=False, logits_to_keep=keep).logits[0, :-1]
+    probs = logits_to_probs(logits, sampling, sequence=tensor[0].cpu(),
+                            first_position=response_start)
+    values, indices = probs.topk(min(support, probs.shape[-1]), dim=-1)
+    mask = np.zeros(len(ids), dtype=bool)
+    mask[response_start:] = True
+    return Example(ids=np.asarray(ids, dtype=np.int32), mask=mask,
+                   topk_ids=indices.cpu().numpy().astype(np.int32),
+                   topk_values=values.cpu().numpy().astype(np.float32))
+
+
+@torch.inference_mode()
+def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: SamplingConfig,
+                     max_new_tokens: int, eos_token_ids: Sequence[int] = (),
+                     seed: int = 0) -> list[int]:
+    """A response sampled from the teacher under ``sampling`` (the text the drafter will face at
+    decoding time), with babelspec's own warping so that it matches the engine exactly."""
+    device = _device(model)
+    generator = torch.Generator().manual_seed(seed)
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    seq = torch.tensor(list(prompt_ids), dtype=torch.long)
+    logits = model(input_ids=seq.view(1, -1).to(device), cache=cache, use_cache=True,
+                   logits_to_keep=1).logits[0, -1:]
+    out: list[int] = []
+    for _ in range(max_new_tokens):
+        probs = logits_to_probs(logits.float().cpu(), sampling, sequence=seq,
+                                first_position=len(seq))
+        tok = int(torch.multinomial(probs[0], 1, generator=generator))
+        if tok in eos_token_ids:
+            break
+        out.append(tok)
+        seq = torch.cat([seq, torch.tensor([tok])])
+        logits = model(input_ids=torch.tensor([[tok]], device=device), cache=cache,
+                       use_cache=True).logits[0, -1:]
+    return out
+
+
+ProgressFn = Callable[[int], None]

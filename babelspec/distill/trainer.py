@@ -1,0 +1,261 @@
+"""The distillation training loop: AdamW, cosine schedule with warmup, gradient accumulation,
+atomic checkpoints and exact resume.
+
+The data order is a pure function of (seed, step): micro-batch j of step s takes the next
+``batch_size`` examples of a stream of per-epoch permutations. A run resumed from a checkpoint
+therefore sees exactly the batches an uninterrupted run would have seen, and ends at the same
+step count with the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from babelspec.distill.cache import Example, write_json_atomic
+from babelspec.distill.losses import LOSS_KINDS, topk_kd_loss
+from babelspec.distill.students import Student
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 3000  # optimizer steps
+    batch_size: int = 4  # examples per micro-batch
+    grad_accum: int = 8  # micro-batches per optimizer step
+    lr: float = 5e-5  # peak learning rate (AdamW)
+    warmup_ratio: float = 0.06  # fraction of steps of linear warmup before the cosine decay
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0  # gradient clipping; 0 turns it off
+    loss: str = "ce"  # "ce" (the paper's soft cross-entropy on top-k) or "kl" (renormalised)
+    max_seq_len: int = 256  # examples are truncated to this many tokens
+    checkpoint_every: int = 100  # steps between checkpoints (the last step always gets one)
+    eval_every: int = 0  # steps between held-out evaluations; 0 = only before and after
+    keep_checkpoints: int = 1
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "grad_accum", "max_seq_len", "checkpoint_every",
+                     "keep_checkpoints"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.lr <= 0:
+            raise ValueError(f"train.lr must be > 0 (got {self.lr})")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"train.warmup_ratio must be in [0, 1) (got {self.warmup_ratio})")
+        if self.loss not in LOSS_KINDS:
+            raise ValueError(f"train.loss must be one of {', '.join(LOSS_KINDS)} (got {self.loss!r})")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise ValueError(f"unknown [train] keys {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainState:
+    step: int = 0
+    losses: list[float] = field(default_factory=list)  # mean micro-batch loss of each step
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    train_seconds: float = 0.0  # wall time spent in optimizer steps, summed over resumes
+    resumed_from: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    rows: torch.Tensor  # [N] flat index b * T + t of the positions that predict response tokens
+    topk_ids: torch.Tensor  # [N, k]
+    topk_logp: torch.Tensor  # [N, k]
+
+
+def collate(examples: Sequence[Example], max_seq_len: int, pad_id: int = 0) -> Batch:
+    """Right-pad a micro-batch; position t - 1 of a response token t carries its top-k row."""
+    lengths = [min(e.ids.size, max_seq_len) for e in examples]
+    width = max(lengths)
+    ids = np.full((len(examples), width), pad_id, dtype=np.int64)
+    attn = np.zeros((len(examples), width), dtype=np.int64)
+    rows, topk_ids, topk_logp = [], [], []
+    for b, (e, n) in enumerate(zip(examples, lengths)):
+        ids[b, :n] = e.ids[:n]
+        attn[b, :n] = 1
+        resp = np.flatnonzero(e.mask[:n])  # response token positions, in order
+        rows.append(b * width + resp - 1)
+        topk_ids.append(e.topk_ids[: resp.size])
+        topk_logp.append(e.topk_values[: resp.size])
+    return Batch(
+        input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(attn),
+        rows=torch.from_numpy(np.concatenate(rows)).long(),
+        topk_ids=torch.from_numpy(np.concatenate(topk_ids).astype(np.int64)),
+        topk_logp=torch.from_numpy(np.concatenate(topk_logp).astype(np.float32)),
+    )
+
+
+def batch_loss(student: Student, batch: Batch, kind: str) -> torch.Tensor:
+    device = next(student.parameters()).device
+    logits = student.logits(batch.input_ids.to(device), batch.attention_mask.to(device))
+    picked = logits.reshape(-1, logits.shape[-1])[batch.rows.to(device)]
+    cols, valid = student.columns(batch.topk_ids.to(device))
+    return topk_kd_loss(picked, cols, batch.topk_logp.to(device), kind=kind, valid=valid)
+
+
+def example_order(n_examples: int, seed: int, start: int, count: int) -> np.ndarray:
+    """Positions ``start .. start+count`` of the endless stream of per-epoch permutations."""
+    idx = np.arange(start, start + count)
+    epochs = idx // n_examples
+    out = np.empty(count, dtype=np.int64)
+    for epoch in np.unique(epochs):
+        perm = np.random.default_rng([seed, int(epoch)]).permutation(n_examples)
+        sel = epochs == epoch
+        out[sel] = perm[idx[sel] % n_examples]
+    return out
+
+
+# --- checkpoints -------------------------------------------------------------------------
+
+def _trainable(student: Student) -> dict[str, torch.nn.Parameter]:
+    return {n: p for n, p in student.named_parameters() if p.requires_grad}
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    pointer = out_dir / "checkpoints" / "latest.json"
+    if not pointer.exists():
+        return None
+    path = out_dir / "checkpoints" / json.loads(pointer.read_text())["name"]
+    return path if path.exists() else None
+
+
+def save_checkpoint(out_dir: Path, student: Student, optimizer, scheduler, state: TrainState,
+                    config: TrainConfig) -> Path:
+    """Write a checkpoint into a temporary directory, fsync it, rename it into place, then move
+    the ``latest`` pointer: a kill at any point leaves the previous checkpoint usable."""
+    root = out_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{state.step:07d}"
+    tmp = root / f".{name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({n: p.detach().contiguous() for n, p in _trainable(student).items()},
+              str(tmp / "student.safetensors"))
+    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state()}, tmp / "optimizer.pt")
+    (tmp / "state.json").write_text(json.dumps({"state": asdict(state), "config": config.to_dict()}))
+    for f in tmp.iterdir():
+        with open(f, "rb") as fh:
+            os.fsync(fh.fileno())
+    final = root / name
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    write_json_atomic(root / "latest.json", {"name": name, "step": state.step})
+    existing = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for old in existing[: -config.keep_checkpoints]:
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(path: Path, student: Student, optimizer, scheduler) -> TrainState:
+    params = _trainable(student)
+    saved = load_file(str(path / "student.safetensors"))
+    if set(saved) != set(params):
+        raise ValueError(f"checkpoint {path} does not match this student (different tensors); "
+                         "use a new output directory or the same student spec")
+    with torch.no_grad():
+        for name, tensor in saved.items():
+            params[name].copy_(tensor)
+    extra = torch.load(path / "optimizer.pt", weights_only=False)
+    optimizer.load_state_dict(extra["optimizer"])
+    scheduler.load_state_dict(extra["scheduler"])
+    torch.set_rng_state(extra["torch_rng"])
+    return TrainState(**json.loads((path / "state.json").read_text())["state"])
+
+
+# --- the loop ----------------------------------------------------------------------------
+
+EvalFn = Callable[[Student], dict[str, Any]]
+
+
+def train(
+    student: Student,
+    examples: Sequence[Example],
+    config: TrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    eval_fn: EvalFn | None = None,
+    pad_id: int = 0,
+    stop_after: int | None = None,
+    progress: bool = True,
+) -> TrainState:
+    """Train ``student`` on ``examples`` until ``config.steps``, resuming from the latest
+    checkpoint in ``out_dir`` if there is one. ``stop_after`` ends the call after that many
+    steps in total (a planned interruption, as a kill would be; the checkpoint is written)."""
+    from tqdm.auto import tqdm
+    from transformers import get_cosine_schedule_with_warmup
+
+    if not examples:
+        raise ValueError("no training examples (the cache is empty); check the data and mode")
+    out_dir = Path(out_dir)
+    params = list(_trainable(student).values())
+    if not params:
+        raise ValueError("the student has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    warmup = round(config.warmup_ratio * config.steps)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, config.steps)
+    torch.manual_seed(config.seed)
+    state = TrainState()
+    ckpt = latest_checkpoint(out_dir)
+    if ckpt is not None:
+        state = load_checkpoint(ckpt, student, optimizer, scheduler)
+        state.resumed_from.append(state.step)
+    student.train()
+    last = min(config.steps, stop_after) if stop_after is not None else config.steps
+    bar = tqdm(total=config.steps, initial=state.step, desc="distill", unit="step",
+               disable=not progress, dynamic_ncols=True)
+    micro_examples = config.batch_size * config.grad_accum
+    while state.step < last:
+        started = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        order = example_order(len(examples), config.seed, state.step * micro_examples,
+                              micro_examples)
+        total = 0.0
+        for j in range(config.grad_accum):
+            chosen = order[j * config.batch_size : (j + 1) * config.batch_size]
+            batch = collate([examples[i] for i in chosen], config.max_seq_len, pad_id)
+            loss = batch_loss(student, batch, config.loss) / config.grad_accum
+            loss.backward()
+            total += float(loss.detach())
+        if config.max_grad_norm > 0:
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+        optimizer.step()
+        scheduler.step()
+        state.step += 1
+        state.losses.append(total)
+        state.train_seconds += time.perf_counter() - started
+        bar.update(1)
+        bar.set_postfix(loss=f"{total:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+        if eval_fn is not None and config.eval_every and state.step % config.eval_every == 0 \
+                and state.step < config.steps:
+            student.eval()
+            state.evals.append({"step": state.step, **eval_fn(student)})
+            student.train()
+        if state.step % config.checkpoint_every == 0 or state.step == last:
+            save_checkpoint(out_dir, student, optimizer, scheduler, state, config)
+    bar.close()
+    student.eval()
+    return state
