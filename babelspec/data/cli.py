@@ -85,7 +85,7 @@ def list_cmd(
     typer.echo(f"{'lang':5} {'source':12} {'texts':>7} {'words':>8} {tok_col:>8} {'pairs':>7} {'train':>7} {'test':>5}  domain")
     for row in rows:
         if row["source"] == "TOTAL":
-            flag = "  ALMOST NOTHING — " if row["scarce"] else "  "
+            flag = (f"  ALMOST NOTHING ({row['train_words']} training words): " if row["scarce"] else "  ")
             typer.echo(f"{row['lang']:5} {'total':12} mono train/test {row['monolingual']['train']}/"
                        f"{row['monolingual']['test']}, parallel train/test {row['parallel']['train']}/"
                        f"{row['parallel']['test']}, {row['train_words']} train words")
