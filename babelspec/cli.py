@@ -12,4 +12,92 @@ app = typer.Typer(
 bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
+
+@app.command()
+def generate(
+    prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
+    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    drafter: str = typer.Option("none", help="Drafter spec: none, model:X, ngram:FILE, self:K, distilled:DIR, auto."),
+    gamma: int = typer.Option(4, help="Tokens drafted per step (γ)."),
+    greedy: bool = typer.Option(False, "--greedy", help="Arg-max decoding."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature."),
+    top_k: int = typer.Option(100, help="Top-k filter (0 = off); the paper uses 100."),
+    top_p: float = typer.Option(0.9, help="Top-p (nucleus) filter (1 = off); the paper uses 0.9."),
+    repetition_penalty: float = typer.Option(1.1, help="Windowed repetition penalty (1 = off)."),
+    repetition_window: int = typer.Option(16, help="Window of the repetition penalty, in tokens."),
+    seed: int = typer.Option(0, help="Seed of the sampling generator."),
+    max_new_tokens: int = typer.Option(128, help="Most tokens to generate."),
+    lang: str | None = typer.Option(None, help="Language code, for drafters that depend on it (auto, self:K@LANG)."),
+    task: str | None = typer.Option(None, help="Task (translation, story), for the auto drafter."),
+    stop: list[str] | None = typer.Option(None, help="Stop string (repeatable)."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Generate text with speculative decoding and print it with one line of statistics."""
+    import json
+
+    from babelspec.engine import generate as run_generation
+    from babelspec.sampling import SamplingConfig
+
+    try:
+        sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+                                  repetition_penalty=repetition_penalty,
+                                  repetition_window=repetition_window, seed=seed)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    if gamma < 1:
+        raise typer.BadParameter(f"--gamma must be >= 1 (got {gamma}); use --drafter none for plain decoding")
+    if max_new_tokens < 0:
+        raise typer.BadParameter(f"--max-new-tokens must be >= 0 (got {max_new_tokens})")
+    try:
+        from babelspec.drafters import make_drafter
+        from babelspec.models import load_target
+
+        tgt = load_target(target)
+        context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
+        drf = make_drafter(drafter, tgt, **context)
+        prompt_ids = tgt.tokenizer(prompt)["input_ids"]
+        result = run_generation(tgt, drf, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens,
+                                sampling=sampling, stop_strings=tuple(stop or ()))
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    if json_output:
+        typer.echo(json.dumps({"text": result.text, "target": target, "drafter": drafter,
+                               **result.to_dict()}, ensure_ascii=False))
+        return
+    typer.echo(prompt + result.text)
+    typer.echo(
+        f"[{drafter} γ={gamma}] {result.n_tokens} tokens, {result.n_chars} chars in "
+        f"{result.wall_seconds:.2f} s ({result.n_tokens / max(result.wall_seconds, 1e-9):.1f} tok/s); "
+        f"α={result.alpha:.3f} ({result.accepted}/{result.proposed} accepted, {result.steps} steps); "
+        f"draft {result.draft_seconds:.2f} s, target {result.target_seconds:.2f} s; "
+        f"c={result.c:.3f}, f={result.theoretical_speedup():.2f}×",
+        err=True,
+    )
+
+
+@bench_app.command("engine")
+def bench_engine(
+    steps: int = typer.Option(300, help="Speculative steps to time."),
+    gamma: int = typer.Option(4, help="Tokens drafted per step."),
+) -> None:
+    """Overhead of one speculative step beyond its model forwards, on a tiny model."""
+    import json
+
+    from babelspec.bench import engine_overhead
+
+    typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
+
+
 # --- sub-command groups owned by the other packages (one line each) ---
+from babelspec.distill.cli import distill_command  # noqa: E402
+app.command("distill")(distill_command)
+from babelspec.data.cli import data_app  # noqa: E402
+app.add_typer(data_app, name="data")
+from babelspec.experiments.cli import run_command  # noqa: E402
+app.command("run")(run_command)
+from babelspec.report.cli import report_command  # noqa: E402
+app.command("report")(report_command)
+from babelspec.ngram.cli import bench_ngram, ngram_app  # noqa: E402
+app.add_typer(ngram_app, name="ngram")
+bench_app.command("ngram")(bench_ngram)

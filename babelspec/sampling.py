@@ -107,8 +107,13 @@ def logits_to_probs(
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of ``probs`` [n, vocab] -> [n] long."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(1)
+    """One token per row of ``probs`` [n, vocab] -> [n] long, by inverting the CDF.
+
+    torch.multinomial draws per vocabulary entry and costs milliseconds on a 262k vocabulary;
+    one uniform and a float64 cumulative sum cost microseconds and never pick a zero entry."""
+    cdf = probs.double().cumsum(dim=1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
 
 
 def residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:

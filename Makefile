@@ -1,0 +1,27 @@
+# The two commands of the README: `make demo` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/babelspec generate --target gemma-3-270m --drafter none --gamma 4 --max-new-tokens 48 \
+		--prompt "English: Everyone has the right to education.\nYoruba:"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs build *.egg-info

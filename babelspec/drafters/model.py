@@ -1,0 +1,79 @@
+"""A neural drafter: any Hugging Face causal LM that shares the target's vocabulary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from babelspec.drafters import register
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.sampling import SamplingConfig, logits_to_probs, sample
+from babelspec.target import CausalLM, Target
+
+
+class ModelDrafter(Drafter):
+    """Drafts autoregressively with its own KV cache; rolls back to the accepted prefix."""
+
+    def __init__(self, model: torch.nn.Module | CausalLM, name: str = "model") -> None:
+        self.lm = model if isinstance(model, CausalLM) else CausalLM(model)
+        self.name = name
+        self.vocab_size = self.lm.vocab_size
+        self.ids: list[int] = []
+        self.drafted: list[int] = []
+
+    def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self.sampling, self.generator = sampling, generator
+        self.ids = list(context_ids)
+        self.drafted = []
+        self.lm.reset()
+        if len(self.ids) > 1:
+            self.lm.forward(self.ids[:-1], logits_to_keep=1)
+        self.lm.timer.reset()  # c compares decode forwards only
+
+    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> torch.Tensor:
+        """Forward the pending tokens; distribution [1, V] of the token at ``position``."""
+        logits = self.lm.forward(pending, logits_to_keep=1)
+        return logits_to_probs(logits, self.sampling, sequence, first_position=position)
+
+    def propose(self, gamma: int) -> Draft:
+        pending = self.ids[self.lm.cached_len :]
+        sequence = torch.tensor(self.ids + [0] * gamma)
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for i in range(gamma):
+            p = self.next_probs(pending, sequence, len(self.ids) + i)
+            token = int(p[0].argmax()) if self.sampling.greedy else int(sample(p, self.generator)[0])
+            tokens.append(token)
+            rows.append(p[0])
+            sequence[len(self.ids) + i] = token
+            pending = [token]
+        self.drafted = tokens
+        probs = None if self.sampling.greedy else torch.stack(rows)  # greedy: a point mass
+        return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs, forwards=gamma)
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        keep = len(self.ids) + n_accepted
+        self.ids = self.ids + self.drafted[:n_accepted] + [next_token]
+        self.drafted = []
+        if self.lm.cached_len > keep:
+            self.lm.crop(keep)
+
+    def forward_seconds(self) -> list[float]:
+        return list(self.lm.forward_seconds)
+
+
+def load_causal_lm(spec: str, target: Target) -> torch.nn.Module:
+    """A drafter model by preset name, local path or hub name, on the target's device/dtype."""
+    from babelspec.models import load_model
+
+    model, _ = load_model(spec, device=target.device, dtype=next(target.model.parameters()).dtype)
+    return model
+
+
+@register("model")
+def _model(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    if not arg:
+        raise ValueError("the drafter spec 'model:' needs a preset, local path or hub name, "
+                         "e.g. model:qwen3.5-0.8b")
+    return ModelDrafter(load_causal_lm(arg, target), name=f"model:{arg}")

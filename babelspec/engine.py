@@ -1,0 +1,257 @@
+"""The speculative loop: propose -> verify in one target forward -> accept/reject -> roll back.
+
+Leviathan et al. (2023), Chen et al. (2023). Plain decoding is the same loop with a drafter
+that proposes nothing, so wall-clock speedups compare like with like.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.sampling import SamplingConfig, logits_to_probs, residual, sample
+from babelspec.target import Target
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]  # generated tokens only (an EOS that ended generation included)
+    text: str  # decoded generated text, cut before a stop string
+    stop_reason: str  # "length", "eos" or "stop_string"
+    gamma: int
+    steps: int = 0  # target verification forwards
+    proposed: int = 0  # drafted tokens handed to the verifier
+    accepted: int = 0  # drafted tokens the verifier kept
+    rejections: int = 0  # steps that ended in a rejection
+    proposed_per_step: list[int] = field(default_factory=list)
+    accepted_per_step: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    target_seconds: float = 0.0  # verification forwards, prefill excluded
+    prefill_seconds: float = 0.0  # the target's prefill and the drafter's start
+    wall_seconds: float = 0.0
+    draft_forwards: int = 0
+    draft_forward_seconds: list[float] = field(default_factory=list)
+    target_forward_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def n_chars(self) -> int:
+        return len(self.text)
+
+    @property
+    def alpha(self) -> float:
+        """Acceptance rate as the paper's code defines it: matched / (matched + rejections).
+
+        Tokens after the first rejection in a step are never judged, so they do not count."""
+        judged = self.accepted + self.rejections
+        return self.accepted / judged if judged else float("nan")
+
+    @property
+    def alpha_token(self) -> float:
+        """Token-weighted acceptance: accepted / proposed."""
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Drafted tokens kept per verification step."""
+        return self.accepted / self.steps if self.steps else float("nan")
+
+    @property
+    def c(self) -> float:
+        """Measured cost ratio: mean draft forward time / mean target forward time."""
+        if self.draft_forward_seconds:
+            draft = sum(self.draft_forward_seconds) / len(self.draft_forward_seconds)
+        elif self.draft_forwards:
+            draft = self.draft_seconds / self.draft_forwards
+        else:
+            return float("nan")
+        if not self.target_forward_seconds:
+            return float("nan")
+        return draft / (sum(self.target_forward_seconds) / len(self.target_forward_seconds))
+
+    def theoretical_speedup(self, gamma: int | None = None, c: float | None = None) -> float:
+        return theoretical_speedup(self.alpha, self.gamma if gamma is None else gamma,
+                                   self.c if c is None else c)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.update(n_tokens=self.n_tokens, n_chars=self.n_chars, alpha=self.alpha,
+                 alpha_token=self.alpha_token, mean_accepted_length=self.mean_accepted_length,
+                 c=self.c, theoretical_speedup=self.theoretical_speedup())
+        return d
+
+
+def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
+    """f = (1 - a^(g+1)) / ((1 - a)(g c + 1)) (Leviathan et al., Thm 3.8)."""
+    if alpha != alpha or c != c:  # nan
+        return float("nan")
+    if alpha >= 1.0:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+def validate_request(
+    target: Target, drafter: Drafter, prompt_ids: list[int], gamma: int, max_new_tokens: int
+) -> None:
+    if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"drafter {drafter.name!r} has a vocabulary of {drafter.vocab_size} tokens but the target "
+            f"has {target.vocab_size}; a drafter must use the target's tokenizer"
+        )
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1 (got {gamma!r}); use the drafter 'none' "
+                         "for plain decoding")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
+    if len(prompt_ids) == 0:
+        raise ValueError("the prompt is empty: give at least one token (e.g. the BOS token)")
+    if target.max_context is not None and len(prompt_ids) + max_new_tokens > target.max_context:
+        raise ValueError(
+            f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
+            f"model's context window of {target.max_context} tokens; shorten the prompt or lower "
+            "max_new_tokens"
+        )
+    bad = [t for t in prompt_ids if not 0 <= t < target.vocab_size]
+    if bad:
+        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
+
+
+def accept_or_reject(
+    q: torch.Tensor, draft: Draft, generator: torch.Generator
+) -> tuple[int, int]:
+    """Judge the drafted tokens against target probabilities ``q`` [k+1, V].
+
+    Returns (number accepted, next token): the correction after a rejection, else a bonus
+    token from the last row. Lossless for any draft distribution the tokens were drawn from.
+    """
+    k = len(draft)
+    if k:
+        tokens = draft.tokens
+        q_tok = q[torch.arange(k), tokens]  # q: target prob of each drafted token
+        if draft.probs is None:  # point mass: p(x) = 1, so accept with prob q(x)
+            p_tok = torch.ones(k)
+        elif isinstance(draft.probs, SparseProbs):
+            p_tok = draft.probs.prob_of(tokens)
+        else:
+            p_tok = draft.probs[torch.arange(k), tokens]
+        u = torch.rand(k, generator=generator)
+        # accept with prob min(1, q/p); q >= p: always accepted (u < 1)
+        rejected = (u * p_tok >= q_tok).nonzero()
+        if len(rejected):
+            n = int(rejected[0, 0])
+            vocab = q.shape[1]
+            if draft.probs is None:
+                p_row = torch.zeros(vocab)
+                p_row[tokens[n]] = 1.0
+            elif isinstance(draft.probs, SparseProbs):
+                p_row = draft.probs.dense_row(n, vocab)
+            else:
+                p_row = draft.probs[n].float()
+            return n, int(sample(residual(q[n], p_row)[None], generator)[0])
+    return k, int(sample(q[k : k + 1], generator)[0])
+
+
+def generate(
+    target: Target,
+    drafter: Drafter,
+    prompt_ids: list[int],
+    *,
+    gamma: int = 4,
+    max_new_tokens: int = 128,
+    sampling: SamplingConfig = SamplingConfig(),
+    stop_strings: tuple[str, ...] | list[str] = (),
+    eos_token_ids: tuple[int, ...] | list[int] | None = None,
+) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` after ``prompt_ids`` with speculative decoding."""
+    prompt_ids = [int(t) for t in prompt_ids]
+    validate_request(target, drafter, prompt_ids, gamma, max_new_tokens)
+    tokenizer = target.tokenizer
+    if stop_strings and tokenizer is None:
+        raise ValueError("stop strings need a target with a tokenizer to decode the output")
+    if eos_token_ids is None:
+        eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+        eos_token_ids = () if eos is None else (eos,)
+    eos_set = set(eos_token_ids)
+    generator = torch.Generator().manual_seed(sampling.seed)
+
+    started = time.perf_counter()
+    # seq holds prompt + generated ids; the target caches all but the last (pending) one.
+    seq = torch.zeros(len(prompt_ids) + max_new_tokens + gamma + 1, dtype=torch.long)
+    seq[: len(prompt_ids)] = torch.tensor(prompt_ids)
+    length = len(prompt_ids)
+    target.prefill(prompt_ids[:-1])
+    t0 = time.perf_counter()
+    drafter.start(list(prompt_ids), sampling, generator)
+    result = GenerationResult(token_ids=[], text="", stop_reason="length", gamma=gamma,
+                              prefill_seconds=target.prefill_seconds + time.perf_counter() - t0)
+    generated: list[int] = []
+
+    while len(generated) < max_new_tokens:
+        # A step yields at most k + 1 tokens: never draft past the budget.
+        k_max = min(gamma, max_new_tokens - len(generated) - 1)
+        t0 = time.perf_counter()
+        draft = drafter.propose(k_max) if k_max > 0 else Draft.empty()
+        result.draft_seconds += time.perf_counter() - t0
+        k = len(draft)
+        if k > k_max:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {k} tokens, more than {k_max}")
+        drafted = draft.tokens.tolist()
+        seq[length : length + k] = draft.tokens
+        logits = target.verify([int(seq[length - 1])] + drafted)
+        q = logits_to_probs(logits, sampling, seq, first_position=length)
+        n, next_token = accept_or_reject(q, draft, generator)
+
+        new_tokens = drafted[:n] + [next_token]
+        target.crop(length + n)
+        drafter.commit(n, next_token)
+        seq[length : length + n + 1] = torch.tensor(new_tokens)
+        length += n + 1
+        result.steps += 1
+        result.proposed += k
+        result.accepted += n
+        result.rejections += n < k
+        result.proposed_per_step.append(k)
+        result.accepted_per_step.append(n)
+        result.draft_forwards += draft.forwards
+
+        start = len(generated)
+        generated.extend(new_tokens)
+        hit_eos = next((i for i, t in enumerate(new_tokens) if t in eos_set), None)
+        if hit_eos is not None:
+            del generated[start + hit_eos + 1 :]
+            result.stop_reason = "eos"
+            break
+        if stop_strings and _cut_at_stop_string(generated, start, tokenizer, stop_strings):
+            result.stop_reason = "stop_string"
+            break
+
+    result.wall_seconds = time.perf_counter() - started
+    result.token_ids = generated
+    result.target_forward_seconds = list(target.forward_seconds)
+    result.target_seconds = sum(result.target_forward_seconds)
+    result.draft_forward_seconds = list(drafter.forward_seconds())
+    if tokenizer is not None:
+        text = tokenizer.decode(generated, skip_special_tokens=True)
+        if result.stop_reason == "stop_string":
+            text = text[: min(i for s in stop_strings if (i := text.find(s)) >= 0)]
+        result.text = text
+    return result
+
+
+def _cut_at_stop_string(generated: list[int], start: int, tokenizer, stop_strings) -> bool:
+    """If a stop string appeared in this step, drop the tokens after the one completing it,
+    so the output is exactly what plain decoding would have stopped at."""
+    if not any(s in tokenizer.decode(generated, skip_special_tokens=True) for s in stop_strings):
+        return False
+    for end in range(start + 1, len(generated) + 1):
+        text = tokenizer.decode(generated[:end], skip_special_tokens=True)
+        if any(s in text for s in stop_strings):
+            del generated[end:]
+            return True
+    return True

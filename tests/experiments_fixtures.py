@@ -1,0 +1,49 @@
+"""Hand-made experiment records with known statistics (shared by the experiments and report tests)."""
+
+from __future__ import annotations
+
+from babelspec.experiments.store import ExampleRecord, Store
+
+
+def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall: float,
+           tokens: int = 20, chars: int = 60, alpha: float = 0.5, c: float = 0.1,
+           accepted_per_step=(), proposed_per_step=(), looped: bool = False, seed: int = 0,
+           trained_on: str = "", text: str = "") -> ExampleRecord:
+    return ExampleRecord(
+        language=lang, task=task, drafter=drafter, gamma=gamma, prompt_index=prompt, seed=seed,
+        drafter_spec="none" if drafter == "none" else f"{drafter}:x", trained_on=trained_on,
+        alpha=alpha, alpha_token=alpha, proposed=sum(proposed_per_step),
+        accepted=sum(accepted_per_step), steps=len(proposed_per_step) or tokens,
+        accepted_per_step=list(accepted_per_step), proposed_per_step=list(proposed_per_step),
+        wall_seconds=wall, target_seconds=wall * 0.8, draft_seconds=wall * 0.1,
+        draft_forward_seconds=[0.001 * c / 0.1] * 3, target_forward_seconds=[0.01] * 3,
+        c=c, n_tokens=tokens, n_chars=chars, text=text or f"{lang} {drafter} {prompt}",
+        in_language=True, language_score=1.0, looped=looped, loop_ratio=0.9 if looped else 0.0,
+    )  # fmt: skip
+
+
+def small_store(path) -> Store:
+    """Two languages x two tasks: plain decoding, a fast setting and a slow setting.
+
+    amh: "fast" at gamma 3 is 2x faster than plain, at gamma 2 1.5x; "slow" is 0.5x.
+    yor: everything is slower than plain (0.8x / 0.5x), so the router must fall back.
+    """
+    store = Store(path)
+    for task in ("translation", "story"):
+        for p in range(4):
+            store.add(record("amh", task, "none", 0, p, wall=2.0))
+            store.add(record("amh", task, "fast", 2, p, wall=2.0 / 1.5, alpha=0.6,
+                             accepted_per_step=[2, 1, 0], proposed_per_step=[2, 2, 2],
+                             trained_on="translation"))  # fmt: skip
+            store.add(record("amh", task, "fast", 3, p, wall=1.0, alpha=0.7,
+                             accepted_per_step=[3, 0], proposed_per_step=[3, 3],
+                             trained_on="translation"))  # fmt: skip
+            store.add(record("amh", task, "slow", 2, p, wall=4.0, alpha=0.2, c=0.9,
+                             accepted_per_step=[0, 1], proposed_per_step=[2, 2]))  # fmt: skip
+            store.add(record("yor", task, "none", 0, p, wall=2.0))
+            store.add(record("yor", task, "fast", 2, p, wall=2.5, alpha=0.3,
+                             accepted_per_step=[0, 1], proposed_per_step=[2, 2],
+                             trained_on="translation"))  # fmt: skip
+            store.add(record("yor", task, "slow", 2, p, wall=4.0, alpha=0.1, c=0.9,
+                             accepted_per_step=[0, 0], proposed_per_step=[2, 2]))  # fmt: skip
+    return store

@@ -1,0 +1,103 @@
+"""Speculative sampling is lossless: its outputs follow the target's distribution exactly."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from babelspec.engine import accept_or_reject, generate
+from babelspec.drafters.base import Draft, SparseProbs
+from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.target import Target
+from tiny import FixedDrafter, tiny_qwen3
+
+VOCAB = 8
+PROMPT = [1, 5, 2]
+SAMPLES = 1200
+
+
+def exact_pair_distribution(model, prompt: list[int], config: SamplingConfig) -> torch.Tensor:
+    """P(t1, t2 | prompt) under the warped target distributions, by enumeration."""
+    with torch.no_grad():
+        first = model(torch.tensor([prompt])).logits[0, -1:]
+        q1 = logits_to_probs(first, config, torch.tensor(prompt), len(prompt))[0]
+        joint = torch.zeros(VOCAB, VOCAB)
+        for t1 in range(VOCAB):
+            seq = prompt + [t1]
+            logits = model(torch.tensor([seq])).logits[0, -1:]
+            joint[t1] = q1[t1] * logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
+    return joint.flatten()
+
+
+def chi_square_pvalue(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
+    expected = expected_probs * counts.sum()
+    big = expected >= 5
+    obs = torch.cat([counts[big], counts[~big].sum(0, keepdim=True)])
+    exp = torch.cat([expected[big], expected[~big].sum(0, keepdim=True)])
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    exp = exp * obs.sum() / exp.sum()
+    return float(chisquare(obs.numpy(), exp.numpy()).pvalue)
+
+
+DRAFT_P = torch.tensor([0.30, 0.02, 0.25, 0.03, 0.15, 0.05, 0.0, 0.20])
+CONFIGS = {
+    "plain": SamplingConfig(),
+    "warped": SamplingConfig(temperature=0.8, top_k=5, top_p=0.85, repetition_penalty=1.5, repetition_window=2),
+}
+
+
+@pytest.fixture(scope="module")
+def target_model():
+    return tiny_qwen3(vocab=VOCAB, seed=3)
+
+
+@pytest.mark.parametrize(
+    "form,config_name", [("dense", "plain"), ("dense", "warped"), ("sparse", "warped"), ("point", "warped")]
+)
+def test_speculative_samples_follow_the_target_distribution(target_model, form, config_name):
+    config = CONFIGS[config_name]
+    target = Target(target_model)
+    exact = exact_pair_distribution(target_model, PROMPT, config)
+    if form == "point":  # a point mass on the target's second choice: accepted now and then
+        drafter = FixedDrafter(torch.eye(VOCAB)[exact.view(VOCAB, VOCAB).sum(1).argsort()[-2]], form)
+    else:
+        drafter = FixedDrafter(DRAFT_P, form)
+    counts = torch.zeros(VOCAB * VOCAB)
+    proposed = accepted = 0
+    for seed in range(SAMPLES):
+        cfg = SamplingConfig(**{**config.to_dict(), "seed": seed})
+        result = generate(target, drafter, PROMPT, gamma=3, max_new_tokens=2, sampling=cfg)
+        t1, t2 = result.token_ids
+        counts[t1 * VOCAB + t2] += 1
+        proposed += result.proposed
+        accepted += result.accepted
+    assert proposed > 0 and 0 < accepted < proposed  # both branches of the rule were exercised
+    assert chi_square_pvalue(counts, exact) > 1e-3
+
+
+def test_the_chi_square_check_detects_a_wrong_distribution(target_model):
+    """The check above has power: pairs drawn from the draft alone are rejected."""
+    g = torch.Generator().manual_seed(0)
+    pairs = torch.multinomial(DRAFT_P, 2 * SAMPLES, replacement=True, generator=g).view(-1, 2)
+    counts = torch.bincount(pairs[:, 0] * VOCAB + pairs[:, 1], minlength=VOCAB * VOCAB).float()
+    exact = exact_pair_distribution(target_model, PROMPT, CONFIGS["plain"])
+    assert chi_square_pvalue(counts, exact) < 1e-6
+
+
+@pytest.mark.parametrize("form", ["dense", "sparse", "point"])
+def test_one_judged_token_follows_the_target_row(form):
+    """The first token out of the rejection sampler is distributed as q[0] (Leviathan Thm 1)."""
+    q = torch.tensor([[0.05, 0.40, 0.10, 0.30, 0.15], [0.2, 0.2, 0.2, 0.2, 0.2]])
+    p = torch.tensor([0.50, 0.10, 0.30, 0.00, 0.10])
+    g = torch.Generator().manual_seed(1)
+    counts = torch.zeros(5)
+    for _ in range(20000):
+        if form == "point":
+            draft = Draft(tokens=torch.tensor([0]), probs=None)
+        else:
+            token = torch.multinomial(p, 1, generator=g)
+            probs = p[None] if form == "dense" else SparseProbs(torch.tensor([[0, 1, 2, 4]]), p[[0, 1, 2, 4]][None])
+            draft = Draft(tokens=token, probs=probs)
+        n, nxt = accept_or_reject(q, draft, g)
+        counts[int(draft.tokens[0]) if n == 1 else nxt] += 1
+    assert chi_square_pvalue(counts, q[0]) > 1e-3

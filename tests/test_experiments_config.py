@@ -1,0 +1,65 @@
+"""Experiment config files: the profiles load, bad input is a clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from babelspec.experiments.config import ConfigError, config_from_dict, dump_toml, load_config
+
+
+def test_profiles_load_and_use_the_paper_settings():
+    for profile in ("quick", "full"):
+        cfg = load_config(profile=profile)
+        assert cfg.gammas == [2, 3, 4]
+        assert cfg.baseline
+        s = cfg.sampling_config(seed=5)
+        assert (s.top_k, s.top_p, s.repetition_penalty, s.repetition_window, s.seed) == (100, 0.9, 1.1, 16, 5)
+        assert {d.kind for d in cfg.drafters} >= {"ngram"}
+    assert load_config(profile="full").max_new_tokens == 128
+    assert len(load_config(profile="full").languages) == 11
+
+
+def test_aliases_resolve_and_a_config_round_trips(tmp_path):
+    cfg = config_from_dict({"languages": ["ne", "amh"], "drafters": [
+        {"name": "bigram", "kind": "ngram", "order": 2, "unseen": "stop"}, "self:6@"]})
+    assert cfg.languages == ["npi", "amh"]
+    assert cfg.drafters[0].options == {"order": 2, "unseen": "stop"}
+    assert cfg.drafters[1].name == "self:6@"
+    path = tmp_path / "c.toml"
+    path.write_text(dump_toml(cfg))
+    again = load_config(path)
+    assert again.languages == cfg.languages and again.drafters == cfg.drafters
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"langauges": ["amh"]}, "unknown key.*'langauges'"),
+    ({"languages": ["xx"]}, "unknown language 'xx'"),
+    ({"gammas": [0, 2]}, "gamma must be an integer >= 1"),
+    ({"gammas": [2.5]}, "gamma must be an integer >= 1"),
+    ({"drafters": ["warp:9"]}, "unknown drafter spec 'warp:9'"),
+    ({"drafters": [{"kind": "magic"}]}, "unknown kind 'magic'"),
+    ({"drafters": [{"spec": "self:6", "order": 2}]}, "unknown key.*'order'"),
+    ({"drafters": ["none"]}, "not a grid setting"),
+    ({"tasks": ["poetry"]}, "unknown task 'poetry'"),
+    ({"prompts_per_cell": 0}, "prompts_per_cell must be"),
+    ({"sampling": {"top_p": 1.5}}, "top_p"),
+    ({"sampling": {"preset": "wild"}}, "preset must be"),
+    ({"checks": {"loop_n": 3}}, r"\[checks\].*unknown key"),
+    ({"drafters": ["self:6", "self:6"]}, "two drafter settings are named"),
+])
+def test_bad_configs_name_the_problem(data, message):
+    with pytest.raises(ConfigError, match=message):
+        config_from_dict(data)
+
+
+def test_bad_files_and_profiles(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("languages = [amh")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ConfigError, match="unknown profile 'huge'"):
+        load_config(profile="huge")
+    with pytest.raises(ConfigError, match="either a config file or a profile"):
+        load_config(bad, profile="quick")

@@ -1,0 +1,49 @@
+"""The result store: one row per example, unique keys, contents round-trip."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from babelspec.experiments.store import ExampleRecord, Store
+from experiments_fixtures import record
+
+
+def test_round_trip_keeps_every_field(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    rec = record("amh", "story", "bigram", 3, 7, wall=1.25, accepted_per_step=[1, 3],
+                 proposed_per_step=[3, 3], looped=True, text="ሰላም ለዓለም")
+    rec.versions = {"torch": "2.13.0"}
+    rec.in_language = None
+    assert store.add(rec)
+    [back] = store.records()
+    assert back == rec
+    assert isinstance(back, ExampleRecord) and back.in_language is None and back.looped is True
+
+
+def test_same_key_is_never_duplicated(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    assert store.add(record("amh", "story", "bigram", 3, 0, wall=1.0))
+    assert not store.add(record("amh", "story", "bigram", 3, 0, wall=9.0))
+    assert store.count() == 1
+    assert store.records()[0].wall_seconds == 1.0
+    # another gamma, seed or prompt is another row
+    store.add(record("amh", "story", "bigram", 2, 0, wall=1.0))
+    store.add(record("amh", "story", "bigram", 3, 0, wall=1.0, seed=1))
+    assert store.count() == 3
+    assert ("amh", "story", "bigram", 3, 0, 1) in store.done_keys()
+
+
+def test_store_is_wal_and_reopens(tmp_path):
+    path = tmp_path / "r.sqlite"
+    store = Store(path)
+    store.add(record("yor", "translation", "none", 0, 0, wall=1.0))
+    store.add_skip("distill-task", "yor", "babelspec.distill is not available")
+    store.set_meta("config", {"a": 1})
+    store.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    db.close()
+    again = Store(path)
+    assert again.count() == 1
+    assert again.skips() == [("distill-task", "yor", "babelspec.distill is not available")]
+    assert again.meta()["config"] == {"a": 1}
