@@ -58,13 +58,15 @@ def apply_repetition_penalty(
     if penalty == 1.0 or window == 0:
         return logits
     n = logits.shape[0]
-    ends = torch.arange(first_position, first_position + n)  # row i predicts position ends[i]
-    offsets = torch.arange(-window, 0)
-    positions = ends[:, None] + offsets[None, :]  # [n, window]
-    # Positions before the start of the sequence repeat the row's first valid token (no effect).
-    positions = torch.maximum(positions, (ends[:, None] - window).clamp(min=0).expand_as(positions))
-    positions = positions.clamp(min=0)
-    window_ids = sequence[positions.to(sequence.device)].to(logits.device)
+    if first_position >= window:  # the usual case: every row has a full window
+        window_ids = sequence[first_position - window : first_position + n - 1].unfold(0, window, 1)
+    else:
+        ends = torch.arange(first_position, first_position + n)  # row i predicts position ends[i]
+        positions = ends[:, None] + torch.arange(-window, 0)[None, :]  # [n, window]
+        # Positions before the sequence start repeat the row's first valid token (no effect).
+        positions = positions.clamp(min=0)
+        window_ids = sequence[positions.to(sequence.device)]
+    window_ids = window_ids.to(logits.device)
     picked = logits.gather(1, window_ids)
     picked = torch.where(picked > 0, picked / penalty, picked * penalty)
     return logits.scatter(1, window_ids, picked)
