@@ -1,0 +1,102 @@
+"""``self:K``: draft with the target's own first K layers, its final norm and its output head.
+
+The draft model is a view of the target: every parameter and buffer is the target's tensor
+(no copy, no extra memory), only the config says "K layers". It needs no training and no
+second model, which is the closest stand-in for a small same-family drafter when none exists
+(no Gemma-3 smaller than 270M is available offline).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from babelspec.drafters import register
+from babelspec.drafters.base import Drafter
+from babelspec.drafters.model import ModelDrafter
+from babelspec.target import Target
+
+
+def _layers_of(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.ModuleList]:
+    """The decoder stack (``model.model`` for HF causal LMs) and its list of layers."""
+    base = getattr(model, "model", None)
+    layers = getattr(base, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(
+            f"self-drafting needs a decoder with model.model.layers; {type(model).__name__} "
+            "has none (use model:PATH with a separate small model instead)"
+        )
+    return base, layers
+
+
+def num_layers(model: torch.nn.Module) -> int:
+    return len(_layers_of(model)[1])
+
+
+def truncated_config(config: Any, k: int) -> Any:
+    """The config of the first ``k`` layers: per-layer lists (Gemma-3's sliding/full
+    ``layer_types``) are cut to ``k``; rotary and window settings are kept as they are."""
+    cfg = copy.deepcopy(config)
+    text = cfg.get_text_config()
+    text.num_hidden_layers = k
+    for name in ("layer_types", "mlp_layer_types", "attention_type_per_layer"):
+        value = getattr(text, name, None)
+        if isinstance(value, (list, tuple)) and len(value) >= k:
+            setattr(text, name, list(value[:k]))
+    return cfg
+
+
+def truncated_model(model: torch.nn.Module, k: int) -> torch.nn.Module:
+    """A model made of ``model``'s first ``k`` decoder layers, sharing all its tensors.
+
+    The skeleton is built on the meta device (no memory), then every submodule is replaced by
+    the target's own: embeddings, the first k layers, the final norm, the rotary embedding
+    (its frequencies do not depend on depth) and the output head (tied to the embeddings in
+    Gemma-3).
+    """
+    base, layers = _layers_of(model)
+    n = len(layers)
+    if not 1 <= k <= n:
+        raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
+    cfg = truncated_config(model.config, k)
+    with torch.device("meta"):
+        draft = type(model)(cfg)
+    draft_base, _ = _layers_of(draft)
+    for name, child in base.named_children():
+        setattr(draft_base, name, torch.nn.ModuleList(list(layers[:k])) if name == "layers" else child)
+    for name, child in model.named_children():
+        if name != "model":
+            setattr(draft, name, child)
+    left = [name for name, t in [*draft.named_parameters(), *draft.named_buffers()] if t.is_meta]
+    if left:
+        raise RuntimeError(f"truncated model has unshared tensors left on meta: {left[:5]}")
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    draft.eval()
+    return draft
+
+
+def parse_layers(text: str, target: Target) -> int:
+    n = num_layers(target.model)
+    try:
+        k = int(text)
+    except ValueError:
+        raise ValueError(
+            f"self:K needs an integer layer count K in 1..{n} (e.g. self:6); got {text!r}"
+        ) from None
+    if not 1 <= k <= n:
+        raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
+    return k
+
+
+@register("self")
+def _self(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    """``self:K`` (full output head) or ``self:K@LANG`` (head restricted to LANG's tokens)."""
+    layers, at, lang = arg.partition("@")
+    k = parse_layers(layers, target)
+    if at:
+        from babelspec.drafters.vocabhead import restricted_drafter
+
+        return restricted_drafter(target, k=k, lang=lang or context.get("lang"), name=f"self:{arg}")
+    return ModelDrafter(truncated_model(target.model, k), name=f"self:{k}")

@@ -1,0 +1,155 @@
+"""A draft head restricted to the tokens a language uses: ``head:LANG`` and ``self:K@LANG``.
+
+In Gemma-3-270M the 262,144 x 640 output matrix is ~170M of the 270M parameters, so on a CPU
+(memory-bound) it is most of a forward's cost. The draft keeps only the rows of tokens that
+occur in the language's monolingual train corpus (tokenised with the target's tokenizer),
+plus those of the prompt, and scores nothing else: its distribution is exactly zero outside
+that set, renormalised on it, and handed to the verifier as sparse rows in full-vocabulary
+ids. Verification stays lossless because the engine judges tokens by the draft probabilities
+they were actually drawn from.
+
+* ``head:LANG`` -- the target's full stack of layers under the restricted head;
+* ``self:K@LANG`` -- its first K layers (``self:K``) under the restricted head.
+
+``LANG`` may be left out (``head``, ``self:6@``) when the caller passes ``lang=...``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from babelspec.drafters import register
+from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.drafters.model import ModelDrafter
+from babelspec.sampling import SamplingConfig, logits_to_probs, sample
+from babelspec.target import Target
+
+
+class RestrictedHeadLM(torch.nn.Module):
+    """A causal LM's decoder stack under an output head that scores only ``token_ids``.
+
+    Columns of the logits are: the base token ids (the language's), then any extra ids set
+    per generation (``set_extra``, e.g. the prompt's). The base rows are gathered once into
+    a contiguous matrix (|S| x hidden; the decoder stack itself stays shared).
+    """
+
+    def __init__(self, model: torch.nn.Module, token_ids: torch.Tensor) -> None:
+        super().__init__()
+        self.body = model.model  # shared, not copied
+        self.config = model.config
+        head = model.get_output_embeddings()
+        if head is None or getattr(head, "bias", None) is not None:
+            raise ValueError("a restricted head needs a bias-free linear output head")
+        self.full_weight = head.weight  # shared; extra rows are gathered from it per generation
+        self.vocab_size = int(head.weight.shape[0])
+        ids = torch.unique(torch.as_tensor(token_ids, dtype=torch.long))
+        if len(ids) == 0 or ids[0] < 0 or ids[-1] >= self.vocab_size:
+            raise ValueError(f"restricted head ids must be non-empty and in [0, {self.vocab_size})")
+        self.base_ids = ids.to(head.weight.device)
+        self.base_weight = head.weight.detach().index_select(0, self.base_ids).contiguous()
+        self.softcap = getattr(self.config.get_text_config(), "final_logit_softcapping", None)
+        self.set_extra([])
+
+    def get_output_embeddings(self) -> None:  # the full vocabulary is reported via config
+        return None
+
+    def set_extra(self, token_ids: list[int]) -> None:
+        """Also score these ids (those not already in the base set) until the next call."""
+        device = self.base_ids.device
+        extra = torch.as_tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
+        if len(extra):
+            extra = extra[~torch.isin(extra, self.base_ids)]
+        self.extra_weight = self.full_weight.detach().index_select(0, extra)
+        self.index = torch.cat([self.base_ids, extra])  # column -> token id
+        n = len(self.index)
+        # token id -> column; ids outside the set map to a dummy column n (logit -inf).
+        self.column = torch.full((self.vocab_size,), n, dtype=torch.long, device=device)
+        self.column[self.index] = torch.arange(n, device=device)
+
+    @property
+    def n_columns(self) -> int:
+        return int(self.index.numel())
+
+    def forward(self, input_ids: torch.Tensor, cache: Any = None, use_cache: bool = True,
+                logits_to_keep: int = 0, **kwargs: Any) -> SimpleNamespace:
+        hidden = self.body(input_ids=input_ids, cache=cache, use_cache=use_cache).last_hidden_state
+        if logits_to_keep:
+            hidden = hidden[:, -logits_to_keep:]
+        logits = torch.nn.functional.linear(hidden, self.base_weight)
+        if self.extra_weight.shape[0]:
+            logits = torch.cat([logits, torch.nn.functional.linear(hidden, self.extra_weight)], -1)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return SimpleNamespace(logits=logits, cache=cache)
+
+
+class VocabHeadDrafter(ModelDrafter):
+    """Drafts over the restricted columns; reports sparse distributions in full-vocab ids."""
+
+    def __init__(self, lm: RestrictedHeadLM, name: str) -> None:
+        super().__init__(lm, name=name)
+        self.head = lm
+        self.vocab_size = lm.vocab_size
+
+    def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self.head.set_extra(context_ids)
+        super().start(context_ids, sampling, generator)
+
+    def propose(self, gamma: int) -> Draft:
+        pending = self.ids[self.lm.cached_len :]
+        index, column = self.head.index, self.head.column
+        n = self.head.n_columns
+        # The repetition penalty looks at past tokens; give it their column numbers.
+        sequence = column[torch.tensor(self.ids + [0] * gamma, device=column.device)].cpu()
+        pad = torch.full((1, 1), float("-inf"))
+        tokens: list[int] = []
+        rows: list[torch.Tensor] = []
+        for i in range(gamma):
+            logits = self.lm.forward(pending, logits_to_keep=1)  # [1, n]
+            p = logits_to_probs(torch.cat([logits, pad], 1), self.sampling, sequence,
+                                first_position=len(self.ids) + i)[:, :n]
+            col = int(p[0].argmax()) if self.sampling.greedy else int(sample(p, self.generator)[0])
+            token = int(index[col])
+            tokens.append(token)
+            rows.append(p[0])
+            sequence[len(self.ids) + i] = col
+            pending = [token]
+        self.drafted = tokens
+        draft_tokens = torch.tensor(tokens, dtype=torch.long)
+        if self.sampling.greedy:  # a point mass at the arg-max
+            return Draft(tokens=draft_tokens, probs=None, forwards=gamma)
+        probs = torch.stack(rows)  # [k, n], zero outside the kept columns
+        if self.sampling.top_k and self.sampling.top_k < n:
+            kept, cols = probs.topk(self.sampling.top_k, dim=1)
+        else:
+            kept, cols = probs, torch.arange(n).expand(len(tokens), n)
+        return Draft(tokens=draft_tokens, probs=SparseProbs(index.cpu()[cols], kept), forwards=gamma)
+
+
+def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str) -> Drafter:
+    """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers)."""
+    from babelspec.drafters.selfdraft import num_layers, truncated_model
+    from babelspec.models.vocab import language_token_ids
+
+    if not lang:
+        raise ValueError(
+            f"drafter {name!r} needs a language for its restricted head: write head:LANG or "
+            "self:K@LANG (e.g. head:amh, self:6@npi), or pass lang=..."
+        )
+    if target.tokenizer is None:
+        raise ValueError(f"drafter {name!r} needs a target with a tokenizer to build its vocabulary")
+    ids = torch.from_numpy(language_token_ids(lang, target.tokenizer))
+    ids = ids[ids < target.vocab_size]
+    body = target.model
+    if k is not None and k < num_layers(target.model):
+        body = truncated_model(target.model, k)
+    return VocabHeadDrafter(RestrictedHeadLM(body, ids), name=name)
+
+
+@register("head")
+def _head(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    lang = arg or context.get("lang")
+    return restricted_drafter(target, k=None, lang=lang, name=f"head:{lang}" if lang else "head")

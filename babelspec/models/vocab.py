@@ -1,0 +1,98 @@
+"""The tokens a language's corpus uses under a tokenizer: the rows a restricted draft head keeps.
+
+Computed once per (language, tokenizer, corpus) and cached as a sorted ``.npy`` of token ids
+in the user's cache, keyed by a fingerprint of the tokenizer and the corpus text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from babelspec.models.cache import cache_dir
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+VOCAB_FORMAT = 1
+
+
+def tokenizer_fingerprint(tokenizer: "PreTrainedTokenizerBase") -> str:
+    """A short hash that changes whenever the tokenizer's vocabulary or rules change."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        payload = backend.to_str().encode()
+    else:  # slow tokenizers: the vocabulary itself
+        payload = repr(sorted(tokenizer.get_vocab().items())).encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def special_token_ids(tokenizer: "PreTrainedTokenizerBase") -> list[int]:
+    """EOS/BOS/PAD and friends: always drafted-for, so a draft can end a text."""
+    ids = {tid for tid in (tokenizer.eos_token_id, tokenizer.bos_token_id) if tid is not None}
+    return sorted(ids)
+
+
+def corpus_token_ids(
+    texts: Iterable[str], tokenizer: "PreTrainedTokenizerBase", *, batch_size: int = 1024
+) -> np.ndarray:
+    """Sorted unique token ids of ``texts`` (tokenised without special tokens), plus specials."""
+    seen = np.zeros(len(tokenizer), dtype=bool)
+    batch: list[str] = []
+
+    def flush() -> None:
+        if batch:
+            encoded = tokenizer(batch, add_special_tokens=False)["input_ids"]
+            flat = np.fromiter((t for ids in encoded for t in ids), dtype=np.int64)
+            seen[flat] = True
+            batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        if len(batch) >= batch_size:
+            flush()
+    flush()
+    seen[special_token_ids(tokenizer)] = True
+    return np.flatnonzero(seen).astype(np.int64)
+
+
+def language_token_ids(lang: str, tokenizer: "PreTrainedTokenizerBase") -> np.ndarray:
+    """Token ids that occur in the language's monolingual train split (cached)."""
+    from babelspec.data.corpus import monolingual
+    from babelspec.data.languages import get_language
+
+    code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
+    texts = monolingual(code, "train")
+    if not texts:
+        raise ValueError(f"the {code} monolingual train split is empty; no vocabulary to restrict to")
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    key = f"{code}-{tokenizer_fingerprint(tokenizer)}-{digest.hexdigest()[:12]}-v{VOCAB_FORMAT}"
+    path = cache_dir() / "vocab" / f"{key}.npy"
+    if path.is_file():
+        return np.load(path)
+    ids = corpus_token_ids(texts, tokenizer)
+    _save_atomic(path, ids)
+    return ids
+
+
+def _save_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".npy", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, array)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
