@@ -23,7 +23,8 @@ def generate(
     temperature: float = typer.Option(1.0, help="Sampling temperature."),
     top_k: int = typer.Option(100, help="Top-k filter (0 = off); the paper uses 100."),
     top_p: float = typer.Option(0.9, help="Top-p (nucleus) filter (1 = off); the paper uses 0.9."),
-    repetition_penalty: float = typer.Option(1.1, help="Windowed repetition penalty (1 = off)."),
+    repetition_penalty: float | None = typer.Option(
+        None, help="Windowed repetition penalty (1 = off); default 1.1 when sampling (the paper's), 1 with --greedy."),
     repetition_window: int = typer.Option(16, help="Window of the repetition penalty, in tokens."),
     seed: int = typer.Option(0, help="Seed of the sampling generator."),
     max_new_tokens: int = typer.Option(128, help="Most tokens to generate."),
@@ -39,6 +40,8 @@ def generate(
     from babelspec.sampling import SamplingConfig
 
     try:
+        if repetition_penalty is None:
+            repetition_penalty = 1.0 if greedy else 1.1
         sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
                                   repetition_penalty=repetition_penalty,
                                   repetition_window=repetition_window, seed=seed)

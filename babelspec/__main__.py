@@ -1,0 +1,3 @@
+from babelspec.cli import app
+
+app(prog_name="babelspec")

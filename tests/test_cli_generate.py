@@ -1,0 +1,47 @@
+"""`babelspec generate` end to end on the real default model, in a real process."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BABELSPEC = [sys.executable, "-m", "babelspec"]
+PROMPT = "English: Everyone has the right to life.\nNepali:"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*BABELSPEC, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_generate_json_matches_hugging_face_greedy():
+    import torch
+
+    from babelspec.models import load_model
+
+    proc = run("generate", "--target", "gemma-3-270m", "--greedy", "--max-new-tokens", "12",
+               "--prompt", PROMPT, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("text", "token_ids", "alpha", "proposed", "accepted", "wall_seconds", "draft_seconds",
+                "target_seconds"):
+        assert key in out
+    model, tokenizer = load_model("gemma-3-270m")
+    ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        reference = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert out["token_ids"] == reference[: len(out["token_ids"])]
+    assert out["text"] == tokenizer.decode(out["token_ids"], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [(["--gamma", "0"], "--gamma must be >= 1"), (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 0"),
+     (["--top-p", "2"], "top_p must be in (0, 1]"), (["--target", "no-such-model-xyz"], "no-such-model-xyz"),
+     (["--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'")],
+)
+def test_generate_rejects_bad_input_with_a_message(args, message):
+    proc = run("generate", "--prompt", "Hello", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
