@@ -2,8 +2,10 @@
 
 from babelspec.data.corpus import corpus_stats, monolingual, parallel
 from babelspec.data.languages import LANGUAGES, Language, UnknownLanguageError, get_language
+from babelspec.data.loaders import DataFormatError, load_corpus
+from babelspec.data.tasks import Prompt, Task, get_task, register_task
 
 __all__ = [
-    "LANGUAGES", "Language", "UnknownLanguageError", "corpus_stats", "get_language", "monolingual",
-    "parallel",
+    "LANGUAGES", "DataFormatError", "Language", "Prompt", "Task", "UnknownLanguageError", "corpus_stats",
+    "get_language", "get_task", "load_corpus", "monolingual", "parallel", "register_task",
 ]

