@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from array import array
 import time
 from bisect import bisect_right
 from dataclasses import dataclass, fields
@@ -79,9 +80,11 @@ class NgramDraftConfig:
         return cls(**kwargs)
 
 
-# A row: (tokens, cumulative counts, total, padded ids [width] int64, padded probs [width] f32, top p)
-_Row = tuple[list[int], list[int], int, np.ndarray, np.ndarray, float]
-_UNIFORM = "uniform"
+# A row: (tokens, cumulative counts, total count, top probability, the ids padded to `width` as
+# int64 bytes, the probabilities padded to `width` as float32 bytes)
+_Row = tuple[list[int], list[int], int, float, bytes, bytes]
+_UNIFORM = "uniform"  # the row of the uniform fallback
+_UNSEEN: Any = ()  # cached marker of a context the model never saw
 
 
 class NgramDrafter(Drafter):
@@ -95,7 +98,7 @@ class NgramDrafter(Drafter):
         self._dense_of: dict[int, int] = dict(zip(self._vocab_map.tolist(), range(model.base)))
         self._base = model.base
         self._ctx_len = model.order - 1
-        self._rows: list[dict[int, _Row | None]] = [dict() for _ in range(model.order)]
+        self._rows: list[dict[int, Any]] = [dict() for _ in range(model.order)]
         self._mode = "sample"
         self._cut: tuple[int, float] = (0, 1.0)  # (top_k, top_p) applied to rows in nucleus mode
         self._dense: list[int] = []  # dense ids of the context so far (-1: not in the corpus)
@@ -104,6 +107,8 @@ class NgramDrafter(Drafter):
         self._last: list[int] = []
         self._rng = random.Random(0)
         self._seconds: list[float] = []
+        self._capacity = 0
+        self._allocate(8)
 
     # --- the Drafter interface -------------------------------------------------------------
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
@@ -126,33 +131,53 @@ class NgramDrafter(Drafter):
 
     def propose(self, gamma: int) -> Draft:
         t0 = time.perf_counter()
-        cfg = self.config
+        if gamma > self._capacity:
+            self._allocate(gamma)
+        tok_np, idx_mv, p_mv = self._np_buffers
         n_ctx = self._ctx_len
-        ctx = self._dense[-n_ctx:] if n_ctx else []
-        hist = self._history[-cfg.lookup :] if cfg.lookup else None
         point = self._mode == "top1"
+        threshold = self.config.threshold
+        hist = self._history[-self.config.lookup :] if self.config.lookup else None
+        ctx = self._dense[-n_ctx:] if n_ctx > 1 else []
+        last = self._dense[-1] if n_ctx == 1 and self._dense else -1
+        top = self._rows[n_ctx]
+        dense_of = self._dense_of.get
         rand = self._rng.random
         drafted: list[int] = []
         rows: list[Any] = []
-        for _ in range(gamma):
+        id_parts: list[bytes] = []
+        p_parts: list[bytes] = []
+        uniform = False
+        for i in range(gamma):
             row = self._lookup_row(hist) if hist is not None else None
             if row is None:
-                row = self._find_row(ctx)
+                if n_ctx == 1:  # the bigram fast path: one dict lookup per token
+                    row = top.get(last) if last >= 0 else None
+                    if row is None or row is _UNSEEN:
+                        row = self._find_row([last])
+                else:
+                    row = self._find_row(ctx)
             if row is None:
                 break
             if row is _UNIFORM:
                 tok = self._rng.randrange(self.vocab_size)
+                uniform = True
             else:
-                if row[5] < cfg.threshold:
+                if row[3] < threshold:
                     break
                 if point:
                     tok = row[0][0]
                 else:
                     tok = row[0][bisect_right(row[1], int(rand() * row[2]))]
+                    id_parts.append(row[4])
+                    p_parts.append(row[5])
+            tok_np[i] = tok
             drafted.append(tok)
             rows.append(row)
-            if n_ctx:
-                ctx.append(self._dense_of.get(tok, -1))
+            if n_ctx == 1:
+                last = dense_of(tok, -1)
+            elif n_ctx:
+                ctx.append(dense_of(tok, -1))
                 if len(ctx) > n_ctx:
                     del ctx[0]
             if hist is not None:
@@ -161,25 +186,39 @@ class NgramDrafter(Drafter):
         k = len(drafted)
         if not k:
             return Draft.empty()
-        tokens = torch.from_numpy(np.array(drafted, dtype=np.int64))
-        if any(r is _UNIFORM for r in rows):
+        tokens, sparse = self._views[k]
+        if uniform:
             probs: Any = self._dense_probs(rows, drafted)
         elif point:
             probs = None
-        else:
-            probs = SparseProbs(
-                indices=torch.from_numpy(np.concatenate([r[3] for r in rows]).reshape(k, -1)),
-                probs=torch.from_numpy(np.concatenate([r[4] for r in rows]).reshape(k, -1)),
-            )
+        else:  # one bytes copy per buffer: cheaper than k NumPy row assignments
+            ids, ps = b"".join(id_parts), b"".join(p_parts)
+            idx_mv[: len(ids)] = ids
+            p_mv[: len(ps)] = ps
+            probs = sparse
         self._seconds.append((time.perf_counter() - t0) / k)
         return Draft(tokens=tokens, probs=probs, forwards=k)
+
+    def _allocate(self, capacity: int) -> None:
+        """Tensors a proposal is written into, and their views for every draft length k.
+
+        Torch costs about 1 µs per tensor made, more than a drafted token; so a Draft's tensors
+        are views of these buffers, valid until the next ``propose`` (the engine consumes a
+        draft before asking for the next one; copy them to keep them longer)."""
+        width = self.config.width
+        tok_t = torch.zeros(capacity, dtype=torch.long)
+        idx_t = torch.zeros(capacity, width, dtype=torch.long)
+        p_t = torch.zeros(capacity, width, dtype=torch.float32)
+        self._np_buffers = (tok_t.numpy(), memoryview(idx_t.numpy()).cast("B"), memoryview(p_t.numpy()).cast("B"))
+        self._views = {k: (tok_t[:k], SparseProbs(indices=idx_t[:k], probs=p_t[:k])) for k in range(1, capacity + 1)}
+        self._capacity = capacity
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         new = self._last[:n_accepted] + [int(next_token)]
         start = len(self._history)
         self._history.extend(new)
         get = self._dense_of.get
-        self._dense.extend(get(t, -1) for t in new)
+        self._dense.extend([get(t, -1) for t in new])
         if self.config.lookup:
             self._index_lookup(start)
 
@@ -188,7 +227,7 @@ class NgramDrafter(Drafter):
         return list(self._seconds)
 
     # --- rows ------------------------------------------------------------------------------
-    def _find_row(self, ctx: list[int]) -> _Row | str | None:
+    def _find_row(self, ctx: list[int]) -> Any:
         """The row of the longest usable context, following the unseen-context policy."""
         cfg = self.config
         longest = min(len(ctx), self._ctx_len)
@@ -209,40 +248,45 @@ class NgramDrafter(Drafter):
                 if key < 0:
                     continue
             cache = self._rows[k]
-            row = cache.get(key, _UNIFORM)  # _UNIFORM doubles as "not cached yet"
-            if row is _UNIFORM:
-                row = self._build_row(k, key)
+            row = cache.get(key)
+            if row is None:  # not cached yet
+                row = self._build_row(k, key) or _UNSEEN
                 cache[key] = row
-            if row is not None:
+            if row is not _UNSEEN:
                 return row
         if cfg.unseen == "uniform" and self.vocab_size:
             return _UNIFORM
         return None
 
     def _build_row(self, k: int, key: int) -> _Row | None:
-        found = self.model.tables[k].row(key)
-        if found is None or found[0].size == 0:
+        table = self.model.tables[k]
+        c = int(table.keys.searchsorted(key))
+        if c >= table.n_contexts or int(table.keys[c]) != key:
             return None
-        width = self.config.width
-        dense, counts = found[0][:width], found[1][:width].astype(np.int64)
+        lo, hi = int(table.offsets[c]), int(table.offsets[c + 1])
+        hi = min(hi, lo + self.config.width)  # rows are sorted by count: keep the most frequent
+        if hi <= lo:
+            return None
+        counts = table.counts[lo:hi].tolist()
         top_k, top_p = self._cut
         if top_k:
-            dense, counts = dense[:top_k], counts[:top_k]
+            counts = counts[:top_k]
         if top_p < 1.0:
             # As in sampling.logits_to_probs: drop a token once the mass before it reaches top_p.
-            p = counts / counts.sum()
-            keep = max(1, int(((np.cumsum(p) - p) < top_p).sum()))
-            dense, counts = dense[:keep], counts[:keep]
-        return self._row(self._vocab_map[dense.astype(np.int64)].tolist(), counts.tolist())
+            total, before, keep = sum(counts), 0, 0
+            while keep < len(counts) and before < top_p * total:
+                before += counts[keep]
+                keep += 1
+            counts = counts[: max(keep, 1)]
+        tokens = self._vocab_map[table.next_tokens[lo : lo + len(counts)]].tolist()
+        return self._row(tokens, counts)
 
     def _row(self, tokens: list[int], counts: list[int]) -> _Row:
-        width = self.config.width
+        pad = self.config.width - len(tokens)
         total = sum(counts)
-        ids = np.zeros(width, dtype=np.int64)
-        ids[: len(tokens)] = tokens
-        probs = np.zeros(width, dtype=np.float32)
-        probs[: len(tokens)] = np.asarray(counts, dtype=np.float64) / total
-        return tokens, list(itertools.accumulate(counts)), total, ids, probs, counts[0] / total
+        ids = array("q", tokens).tobytes() + bytes(8 * pad)
+        probs = array("f", [c / total for c in counts]).tobytes() + bytes(4 * pad)
+        return tokens, list(itertools.accumulate(counts)), total, counts[0] / total, ids, probs
 
     def _dense_probs(self, rows: list[Any], drafted: list[int]) -> torch.Tensor:
         out = torch.zeros(len(rows), self.vocab_size, dtype=torch.float32)
@@ -251,8 +295,9 @@ class NgramDrafter(Drafter):
                 out[i] = 1.0 / self.vocab_size
             elif self._mode == "top1":
                 out[i, drafted[i]] = 1.0
-            else:
-                out[i, torch.from_numpy(row[3])] += torch.from_numpy(row[4])
+            else:  # index_add_: the padding repeats index 0 with probability 0
+                ids = torch.frombuffer(bytearray(row[4]), dtype=torch.long)
+                out[i].index_add_(0, ids, torch.frombuffer(bytearray(row[5]), dtype=torch.float32))
         return out
 
     # --- prompt lookup ---------------------------------------------------------------------

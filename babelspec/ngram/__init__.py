@@ -23,12 +23,13 @@ def train(texts, tokenizer, config: CountConfig = CountConfig(), *, corpus_name:
     from babelspec.ngram.corpus import tokenize_texts, tokenizer_fingerprint
 
     tokens, lengths, sizes = tokenize_texts(texts, tokenizer, progress=progress)
+    fingerprint = tokenizer_fingerprint(tokenizer)
     t0 = time.perf_counter()
     model = count_ngrams(
         tokens,
         lengths,
         config,
-        tokenizer=tokenizer_fingerprint(tokenizer),
+        tokenizer=fingerprint,
         training={"corpus": corpus_name, "texts": sizes["texts"], "characters": sizes["characters"]},
     )
     model.training["count_seconds"] = round(time.perf_counter() - t0, 4)

@@ -102,30 +102,20 @@ def read_text_file(path: str | Path) -> Iterator[str]:
             raise ValueError(f"{path}: not UTF-8 text near line {lineno + 1} ({exc.reason}); convert it to UTF-8") from exc
 
 
-def corpus_texts(source: str) -> tuple[Iterable[str], str]:
-    """Texts of a corpus SOURCE: a file or directory path, or a language code of the bundled data.
+def corpus_texts(source: str, split: str = "train") -> tuple[Iterable[str], str]:
+    """Texts of a corpus SOURCE and a name for the training metadata.
 
-    Returns (texts, a name for the training metadata).
+    SOURCE is a language code of the bundled data (its ``split``), ``FORMAT:PATH`` or a path in
+    one of the data layer's formats (plain text, TSV, JSONL, Leipzig, FLORES+, HF datasets).
     """
-    path = Path(source)
-    if path.exists():
-        try:  # the data layer's loaders know the research formats (TSV, JSONL, Leipzig, …)
-            from babelspec.data import loaders  # type: ignore[attr-defined]
-
-            load = getattr(loaders, "load_texts", None) or getattr(loaders, "load", None)
-        except ImportError:
-            load = None
-        if load is not None:
-            return load(path), path.name
-        if path.is_dir():
-            raise ValueError(f"{source}: a directory needs babelspec.data.loaders; give a text file instead")
-        return read_text_file(path), path.name
     try:
-        from babelspec.data.corpus import monolingual  # type: ignore[import-not-found]
-    except ImportError as exc:
-        raise ValueError(
-            f"corpus {source!r} is not a file, and the bundled data is not available to resolve it "
-            f"as a language code ({exc}); give a path to a text file"
-        ) from exc
-    texts = monolingual(source, "train")
-    return texts, f"bundled:{source}:train"
+        from babelspec.data.loaders import load_corpus
+    except ImportError:  # the data layer is optional here: plain text files still work
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(f"corpus {source!r} is not a text file (and babelspec.data is unavailable)") from None
+        return read_text_file(path), path.name
+    texts = load_corpus(source, split=split)
+    path = Path(source)
+    name = path.name if path.exists() else f"{source}:{split}"
+    return texts, name

@@ -1,0 +1,130 @@
+"""``babelspec ngram train|stats`` and ``babelspec bench ngram``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+ngram_app = typer.Typer(help="Train and inspect n-gram drafters.", no_args_is_help=True)
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _load_tokenizer(spec: str):
+    """A tokenizer preset or model spec (babelspec.models), or a folder of tokenizer files."""
+    path = Path(spec)
+    if path.is_dir() and any((path / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(path)
+    from babelspec.models import load_tokenizer
+
+    return load_tokenizer(spec)
+
+
+@ngram_app.command("train")
+def train_command(
+    corpus: str = typer.Option(
+        ..., "--corpus", help="Language code of the bundled data (e.g. amh), FORMAT:PATH, or a text file."
+    ),
+    tokenizer: str = typer.Option(
+        "gemma-3-270m", "--tokenizer", help="The target's tokenizer: preset, model spec or local folder."
+    ),
+    order: int = typer.Option(2, "--order", "-n", help="n: longest n-gram counted (2 = the paper's bigram)."),
+    min_count: int = typer.Option(1, help="Drop continuations seen fewer times than this."),
+    max_continuations: int = typer.Option(0, help="Keep at most this many continuations per context (0 = all)."),
+    split: str = typer.Option("train", help="Split of the bundled data to train on."),
+    output: Path = typer.Option(..., "--output", "-o", help="The n-gram file to write."),
+) -> None:
+    """Count an n-gram model on a corpus with the target's tokenizer and write it to a file."""
+    from babelspec.ngram import CountConfig, train
+    from babelspec.ngram.corpus import corpus_texts
+
+    try:
+        config = CountConfig(order=order, min_count=min_count, max_continuations=max_continuations)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    try:
+        texts, name = corpus_texts(corpus, split)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--corpus") from None
+    try:
+        tok = _load_tokenizer(tokenizer)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--tokenizer") from None
+    total = len(texts) if hasattr(texts, "__len__") else None
+    try:
+        model = train(texts, tok, config, corpus_name=name, progress=total is None or total > 2000)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    if model.training["tokens"] == 0:
+        raise typer.BadParameter(f"corpus {corpus!r} holds no text", param_hint="--corpus")
+    size = model.save(output)
+    t = model.training
+    typer.echo(
+        f"{output}: order {model.order}, {t['tokens']:,} tokens from {t['texts']:,} texts of {name}, "
+        f"{model.base:,} distinct tokens; "
+        + ", ".join(f"{tb.n_contexts:,} contexts/{tb.n_entries:,} continuations (k={tb.context_length})"
+                    for tb in model.tables[1:])
+        + f"; {_human_bytes(size)} ({size / max(model.raw_triples_bytes(), 1):.2f}× the raw triples); "
+        f"counted in {t['count_seconds']:.3f} s"
+    )
+
+
+@ngram_app.command("stats")
+def stats_command(
+    path: Path = typer.Argument(..., help="An n-gram file."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Print what an n-gram file holds: sizes per order, tokenizer and training metadata."""
+    from babelspec.ngram import NgramModel
+
+    try:
+        model = NgramModel.load(path)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="FILE") from None
+    stats = {"file": str(path), "file_bytes": path.stat().st_size, **model.stats()}
+    if json_output:
+        typer.echo(json.dumps(stats, ensure_ascii=False))
+        return
+    tok, tr = model.tokenizer, model.training
+    typer.echo(f"{path}: order-{model.order} n-gram model, {_human_bytes(stats['file_bytes'])}")
+    typer.echo(f"  tokenizer  {tok.get('name')} (vocabulary {tok.get('vocab_size')}, sha256 {tok.get('vocab_sha256', '')[:16]}…)")
+    typer.echo(
+        f"  corpus     {tr.get('corpus')}: {tr.get('tokens', 0):,} tokens, {tr.get('texts', tr.get('documents', 0)):,} texts, "
+        f"{model.base:,} distinct tokens"
+    )
+    typer.echo(f"  pruning    min_count={tr.get('min_count')}, max_continuations={tr.get('max_continuations')}")
+    for t in stats["tables"]:
+        typer.echo(
+            f"  context {t['context_length']}  {t['contexts']:>10,} contexts  {t['entries']:>11,} continuations  "
+            f"{t['mean_continuations']:.2f} per context"
+        )
+    typer.echo(f"  {stats['triples']:,} triples; {stats['file_bytes'] / max(stats['raw_triples_bytes'], 1):.2f}× their raw int32 size")
+
+
+def bench_ngram(
+    tokens: int = typer.Option(10_000_000, help="Synthetic tokens to count (Zipf-distributed)."),
+    vocab: int = typer.Option(262_144, help="Vocabulary of the synthetic corpus (Gemma-3's by default)."),
+    order: int = typer.Option(2, help="n of the model counted."),
+    proposals: int = typer.Option(20_000, help="γ = 4 proposals to time."),
+    corpus: str | None = typer.Option(
+        None, help="Also time proposals on a model of this corpus (language code) with the default tokenizer."
+    ),
+) -> None:
+    """Counting throughput, proposal latency, file size and memory of the n-gram drafter."""
+    from babelspec.ngram.bench import run_bench
+
+    try:
+        result = run_bench(n_tokens=tokens, vocab=vocab, order=order, proposals=proposals, corpus=corpus)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    typer.echo(json.dumps(result))

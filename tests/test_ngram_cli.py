@@ -1,0 +1,63 @@
+"""`babelspec ngram train|stats` and `babelspec bench ngram` on small real inputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from babelspec.cli import app
+from babelspec.ngram import NgramModel
+from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tok")
+    word_tokenizer().save_pretrained(path)
+    return path
+
+
+def test_train_and_stats(tmp_path, tokenizer_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n\n", encoding="utf-8")
+    out = tmp_path / "m.ngram"
+    res = runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                              "--order", "3", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "15 tokens from 4 texts" in res.output and "contexts" in res.output
+    model = NgramModel.load(out)
+    assert model.order == 3 and {WORDS[t]: p for t, p in model.probabilities(ids("a")).items()} == {"b": 1.0}
+    assert model.training["corpus"] == "corpus.txt" and model.tokenizer["vocab_size"] == len(WORDS)
+
+    res = runner.invoke(app, ["ngram", "stats", str(out)])
+    assert res.exit_code == 0 and "order-3" in res.output and "corpus.txt" in res.output
+    res = runner.invoke(app, ["ngram", "stats", str(out), "--json"])
+    stats = json.loads(res.output)
+    assert stats["file_bytes"] == out.stat().st_size and [t["entries"] for t in stats["tables"]] == [6, 6, 5]
+
+
+def test_bad_cli_input_is_a_clear_error(tmp_path, tokenizer_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b c\n", encoding="utf-8")
+    res = runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                              "--order", "0", "-o", str(tmp_path / "x")])
+    assert res.exit_code != 0 and "order must be >= 1" in res.output
+    res = runner.invoke(app, ["ngram", "train", "--corpus", "no-such-language-or-file", "--tokenizer",
+                              str(tokenizer_dir), "-o", str(tmp_path / "x")])
+    assert res.exit_code != 0 and "no-such-language-or-file" in res.output
+    (tmp_path / "broken.ngram").write_bytes(b"BSNGRAM\x00" + b"\x01\x00\x00\x00" + b"\xff\x00\x00\x00{")
+    res = runner.invoke(app, ["ngram", "stats", str(tmp_path / "broken.ngram")])
+    assert res.exit_code != 0 and "truncated" in res.output
+
+
+def test_bench_prints_json_with_the_goal_fields():
+    res = runner.invoke(app, ["bench", "ngram", "--tokens", "200000", "--vocab", "5000", "--proposals", "500"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    for key in ("train_tokens_per_s", "propose_us_per_token", "file_bytes", "peak_rss_bytes", "goals"):
+        assert key in out
+    assert out["file_bytes"] <= 2 * out["raw_triples_bytes"] and out["train_tokens"] == 200000
