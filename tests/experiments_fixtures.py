@@ -47,3 +47,34 @@ def small_store(path) -> Store:
             store.add(record("yor", task, "slow", 2, p, wall=4.0, alpha=0.1, c=0.9,
                              accepted_per_step=[0, 0], proposed_per_step=[2, 2]))  # fmt: skip
     return store
+
+
+def tiny_model_dir(path) -> str:
+    """A randomly initialised 2-layer Gemma-3 and a byte-level BPE tokenizer, saved as a local
+    model directory (fast stand-in for the real target in tests of the run mechanics)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, PreTrainedTokenizerFast
+
+    from babelspec.data import corpus
+
+    path.mkdir(parents=True, exist_ok=True)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<pad>", "<bos>", "<eos>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    texts = corpus.monolingual("yor", "train")[:200] + corpus.monolingual("amh", "train")[:200]
+    tok.train_from_iterator(texts + ["English: Yoruba: Amharic: Translate"], trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                   pad_token="<pad>")  # fmt: skip
+    fast.add_bos_token = True
+    fast.save_pretrained(path)
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=8192,
+        sliding_window=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+    )  # fmt: skip
+    Gemma3ForCausalLM(config).save_pretrained(path)
+    return str(path)

@@ -52,6 +52,7 @@ def make_drafter(spec: str, target: "Target", **context: Any) -> Drafter:
 def _load_builtin_drafters() -> None:
     # Imported lazily so that `import babelspec` stays light. One line per drafter module.
     import babelspec.drafters.model  # noqa: F401
+    import babelspec.drafters.auto  # noqa: F401
     import babelspec.drafters.selfdraft  # noqa: F401
     import babelspec.drafters.vocabhead  # noqa: F401
     import babelspec.drafters.ngram  # noqa: F401

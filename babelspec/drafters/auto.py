@@ -1,0 +1,106 @@
+"""``auto`` / ``auto:ROUTER.json``: the drafter and gamma the router chose for the language.
+
+The router (``babelspec.experiments.router``) was built from measured speedups, per language
+and task; this drafter builds the chosen one and proposes at most the chosen gamma. It also
+watches its own acceptance during a generation: once enough steps are judged and the
+online estimate of f(a, gamma, c) falls below 1.0, it stops drafting for the rest of that
+generation, so a language the table misjudged still decodes at plain speed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from babelspec.drafters import make_drafter, register
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.sampling import SamplingConfig
+
+if TYPE_CHECKING:
+    from babelspec.experiments.router import Route
+    from babelspec.target import Target
+
+WARMUP_STEPS = 8  # judged steps before the online estimate may switch drafting off
+
+
+def _speedup(alpha: float, gamma: int, c: float) -> float:
+    if alpha >= 1.0:
+        return (gamma + 1) / (gamma * c + 1)
+    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+
+
+class RoutedDrafter(Drafter):
+    def __init__(self, inner: Drafter | None, route: "Route", min_speedup: float = 1.0) -> None:
+        self.inner = inner
+        self.route = route
+        self.min_speedup = min_speedup
+        self.vocab_size = inner.vocab_size if inner is not None else None
+        self.name = f"auto[{route.drafter},g={route.gamma}]"
+        self._reset_counts()
+
+    def _reset_counts(self) -> None:
+        self.matched = 0
+        self.rejections = 0
+        self.judged_steps = 0
+        self.drafting = self.inner is not None and self.route.gamma > 0
+        self._last = 0
+
+    def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        self._reset_counts()
+        if self.inner is not None:
+            self.inner.start(context_ids, sampling, generator)
+
+    def propose(self, gamma: int) -> Draft:
+        if not self.drafting:
+            self._last = 0
+            return Draft.empty()
+        draft = self.inner.propose(min(gamma, self.route.gamma))
+        self._last = len(draft)
+        return draft
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        if not self.drafting:
+            return  # the inner drafter is no longer consulted in this generation
+        if self._last:
+            self.matched += n_accepted
+            self.rejections += int(n_accepted < self._last)
+            self.judged_steps += 1
+        self.inner.commit(n_accepted, next_token)
+        c = self.route.c
+        if self.judged_steps >= WARMUP_STEPS and isinstance(c, float) and math.isfinite(c):
+            alpha = self.matched / max(1, self.matched + self.rejections)
+            if _speedup(alpha, self.route.gamma, c) < self.min_speedup:
+                self.drafting = False  # drafting costs more than it saves here: plain decoding
+
+    def forward_seconds(self) -> list[float]:
+        return self.inner.forward_seconds() if self.inner is not None else []
+
+
+@register("auto")
+def _auto(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
+    from babelspec.experiments.router import Router, default_router_path
+
+    lang = context.get("lang")
+    if not lang:
+        raise ValueError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")
+    try:
+        from babelspec.data.languages import get_language
+
+        lang = get_language(lang).code
+    except ImportError:
+        pass
+    path = arg or default_router_path()
+    try:
+        router = Router.load(path)
+    except ValueError as exc:
+        raise ValueError(
+            f"{exc}. Build one with `babelspec run --profile quick -o runs/demo` (it installs its "
+            f"router for `auto`) or pass auto:runs/NAME/router.json"
+        ) from None
+    route = router.route(lang, context.get("task"))
+    inner = None
+    if route.spec != "none":
+        inner = make_drafter(route.spec, target, lang=lang, task=context.get("task") or "translation")
+    return RoutedDrafter(inner, route, min_speedup=router.min_speedup)

@@ -1,0 +1,145 @@
+"""Everything the report shows, computed from a run's store alone (``analyse``), and the files
+a finished run leaves next to it: ``analysis.json`` and ``router.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from babelspec.experiments import aggregate as agg
+from babelspec.experiments.divergence import resourcedness_correlation
+from babelspec.experiments.router import Router, build_router, predicted_vs_measured
+from babelspec.experiments.store import Store
+
+STORE_NAME = "results.sqlite"
+
+
+def open_store(run_dir: str | Path) -> Store:
+    path = Path(run_dir) / STORE_NAME
+    if not path.is_file():
+        raise ValueError(
+            f"{str(path)!r} not found: {run_dir} is not a babelspec run directory; "
+            f"create one with `babelspec run -o {run_dir}`"
+        )
+    return Store(path)
+
+
+def corpus_sizes(languages: list[str]) -> dict[str, dict[str, Any]]:
+    """Bundled train-split sizes and domains per language (empty where the data is absent)."""
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        from babelspec.data.corpus import corpus_stats
+    except ImportError:
+        return out
+    for lang in languages:
+        try:
+            st = corpus_stats(lang)
+        except (ValueError, OSError):
+            continue
+        train, test = st["splits"]["train"], st["splits"]["test"]
+        out[lang] = {
+            "train_chars": train["monolingual_chars"], "train_words": train["monolingual_words"],
+            "train_sentences": train["monolingual_sentences"],
+            "test_sentences": test["monolingual_sentences"], "parallel_train": train["parallel_pairs"],
+            "parallel_test": test["parallel_pairs"], "domains": st.get("domains", []),
+            "notes": st.get("notes", ""),
+        }  # fmt: skip
+    return out
+
+
+def analyse(store: Store) -> dict[str, Any]:
+    records = store.records()
+    stats = agg.setting_stats(records)
+    meta = store.meta()
+    specs = {tuple(k.split("|", 1)): v for k, v in meta.get("specs", {}).items()}
+    # specs without the store's meta (hand-made stores): the recorded drafter spec
+    for r in records:
+        specs.setdefault((r.drafter, r.language), r.drafter_spec)
+    target = meta.get("target", {}).get("spec", "")
+    router = build_router(stats, specs, target=target)
+    # Predicted vs measured: fit the router on even prompts, measure on odd ones.
+    fit = agg.setting_stats([r for r in records if r.prompt_index % 2 == 0])
+    held = agg.setting_stats([r for r in records if r.prompt_index % 2 == 1])
+    router_fit = build_router(fit, specs, target=target)
+    languages = sorted({r.language for r in records})
+    sizes = corpus_sizes(languages)
+    divergence = store.divergence()
+    correlations = {}
+    for drafter in sorted({d["drafter"] for d in divergence}):
+        tv = {d["language"]: d["tv_per_char"] for d in divergence if d["drafter"] == drafter
+              and d["tv_per_char"] is not None}  # fmt: skip
+        correlations[drafter] = resourcedness_correlation(
+            tv, {lang: s["train_chars"] for lang, s in sizes.items()}
+        )
+    return {
+        "meta": meta,
+        "n_records": len(records),
+        "wall_seconds_total": agg.wall_seconds_total(records),
+        "settings": [s.to_dict() for s in stats],
+        "best": [s.to_dict() for s in agg.best_gamma(stats).values()],
+        "languages": [asdict(x) for x in agg.language_summary(stats)],
+        "drafter_means": agg.drafter_means(stats),
+        "cross_task": agg.cross_task_matrix(stats),
+        "router": router.to_dict(),
+        "router_eval": [r for r in predicted_vs_measured(router_fit, held) if r["task"] != "*"],
+        "divergence": divergence,
+        "divergence_correlation": correlations,
+        "corpus": sizes,
+        "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
+        "forward_seconds": _forward_samples(records),
+    }
+
+
+def _forward_samples(records, per_drafter: int = 4000) -> dict[str, dict[str, list[float]]]:
+    """Draft and target forward times per drafter setting (for the Fig. 2 histogram)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in records:
+        d = out.setdefault(r.drafter, {"draft": [], "target": []})
+        if len(d["draft"]) < per_drafter:
+            d["draft"].extend(r.draft_forward_seconds)
+        if len(d["target"]) < per_drafter:
+            d["target"].extend(r.target_forward_seconds)
+    return out
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(_clean(data), fh, indent=1, ensure_ascii=False)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_analysis(run_dir: str | Path, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Write ``analysis.json`` and ``router.json`` of a run; return the analysis."""
+    run_dir = Path(run_dir)
+    store = open_store(run_dir)
+    try:
+        result = analyse(store)
+    finally:
+        store.close()
+    slim = {k: v for k, v in result.items() if k != "forward_seconds"}
+    write_json_atomic(run_dir / "analysis.json", slim)
+    router = Router(**{**result["router"], "routes": []})
+    from babelspec.experiments.router import Route
+
+    router.routes = [Route(**r) for r in result["router"]["routes"]]
+    router.save(run_dir / "router.json")
+    log(f"wrote {run_dir / 'analysis.json'} and {run_dir / 'router.json'}")
+    return result

@@ -1,0 +1,219 @@
+"""Output checks, as the paper made them: is a text in the requested language, is it looping?
+
+* script check: the share of a text's letters that lie in the language's script(s);
+* a character 1-3-gram naive-Bayes classifier trained on the bundled monolingual corpora
+  (hashed counts, one NumPy gather per text);
+* where ``py3langid`` is installed and covers the language (am, ne, oc, qu), its choice too;
+* a repetition loop: the repeated word n-gram ratio 1 - distinct / total.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+# Unicode blocks of each script (inclusive ranges of code points).
+SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
+    "Latin": ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x250, 0x2AF), (0x300, 0x36F),
+              (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0x2019, 0x2019)),
+    "Ethiopic": ((0x1200, 0x139F), (0x2D80, 0x2DDF), (0xAB00, 0xAB2F)),
+    "Cherokee": ((0x13A0, 0x13FF), (0xAB70, 0xABBF)),
+    "Devanagari": ((0x900, 0x97F), (0xA8E0, 0xA8FF)),
+    "Tifinagh": ((0x2D30, 0x2D7F),),
+}  # fmt: skip
+LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
+    "amh": ("Ethiopic",), "ber": ("Latin",), "chr": ("Cherokee",), "grn": ("Latin",),
+    "haw": ("Latin",), "ibo": ("Latin",), "npi": ("Devanagari",), "oci": ("Latin",),
+    "que": ("Latin",), "yor": ("Latin",), "zgh": ("Tifinagh",), "eng": ("Latin",),
+}  # fmt: skip
+# py3langid's ISO 639-1 codes for the languages it covers.
+LANGID_CODES: dict[str, str] = {"amh": "am", "npi": "ne", "oci": "oc", "que": "qu", "eng": "en"}
+
+_WORD_SPLIT = re.compile(r"[\s\u1361\u1362\u1363\u1364.,;:!?\"()\[\]«»“”]+")
+
+
+def _codepoints(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+def _in_ranges(cp: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
+    mask = np.zeros(cp.shape, dtype=bool)
+    for lo, hi in ranges:
+        mask |= (cp >= lo) & (cp <= hi)
+    return mask
+
+
+def _letters(cp: np.ndarray) -> np.ndarray:
+    # Letters of any script: ASCII letters and everything above Latin-1 punctuation, minus
+    # general punctuation, symbols and emoji blocks (what a language check should ignore).
+    ascii_letter = ((cp >= 0x41) & (cp <= 0x5A)) | ((cp >= 0x61) & (cp <= 0x7A))
+    high = cp >= 0xC0
+    ignored = (
+        ((cp >= 0x2000) & (cp <= 0x2BFF)) | ((cp >= 0x3000) & (cp <= 0x303F))
+        | (cp >= 0x1F000) | (cp == 0xD7) | (cp == 0xF7) | ((cp >= 0xFE00) & (cp <= 0xFE0F))
+        | (cp == 0x1361) | (cp == 0x1362) | (cp == 0x1363) | (cp == 0x1364)
+    )  # fmt: skip
+    return (ascii_letter | high) & ~ignored
+
+
+def script_score(text: str, lang: str) -> float:
+    """Share of the text's letters written in the language's script(s); 0 for no letters."""
+    cp = _codepoints(text)
+    letters = _letters(cp)
+    n = int(letters.sum())
+    if n == 0:
+        return 0.0
+    ranges = tuple(r for s in LANGUAGE_SCRIPTS.get(lang, ("Latin",)) for r in SCRIPT_RANGES[s])
+    return float((_in_ranges(cp, ranges) & letters).sum() / n)
+
+
+def repeated_ngram_ratio(text: str, n: int = 4) -> float:
+    """1 - distinct/total word n-grams (characters when the text has too few words).
+
+    Natural text scores near 0; a generation stuck in a loop approaches 1.
+    """
+    units: list[str] = [w for w in _WORD_SPLIT.split(text) if w]
+    if len(units) < 2 * n:  # scripts written without spaces, or very short outputs
+        units = [ch for ch in text if not ch.isspace()]
+        n = 3 * n
+    total = len(units) - n + 1
+    if total <= 1:
+        return 0.0
+    grams = {tuple(units[i : i + n]) for i in range(total)}
+    return 1.0 - len(grams) / total
+
+
+class CharNgramClassifier:
+    """Multinomial naive Bayes over hashed character 1..3-grams of each language's corpus."""
+
+    def __init__(self, order: int = 3, buckets: int = 1 << 18) -> None:
+        self.order = order
+        self.buckets = buckets
+        self.languages: list[str] = []
+        self.log_probs: np.ndarray | None = None  # [L, buckets]
+
+    def _hashes(self, text: str) -> np.ndarray:
+        cp = _codepoints(" " + text.lower() + " ").astype(np.uint64)
+        parts = [cp % self.buckets]
+        h = cp.copy()
+        for k in range(1, self.order):
+            if len(cp) <= k:
+                break
+            h = h[:-1] * np.uint64(1_000_003) + cp[k:]  # rolling hash of the (k+1)-grams
+            parts.append((h + np.uint64(k)) % np.uint64(self.buckets))
+        return np.concatenate(parts).astype(np.int64)
+
+    def fit(self, texts_by_language: dict[str, list[str]]) -> "CharNgramClassifier":
+        langs = [lang for lang, texts in texts_by_language.items() if texts]
+        counts = np.ones((len(langs), self.buckets), dtype=np.float64)  # add-one smoothing
+        for i, lang in enumerate(langs):
+            h = self._hashes("\n".join(texts_by_language[lang]))
+            counts[i] += np.bincount(h, minlength=self.buckets)
+        self.languages = langs
+        self.log_probs = (np.log(counts) - np.log(counts.sum(axis=1, keepdims=True))).astype(
+            np.float32
+        )
+        return self
+
+    def scores(self, text: str) -> dict[str, float]:
+        assert self.log_probs is not None, "fit() first"
+        s = self.log_probs[:, self._hashes(text)].sum(axis=1)
+        return dict(zip(self.languages, s.tolist()))
+
+    def predict(self, text: str) -> str:
+        if not text.strip() or self.log_probs is None:
+            return ""
+        s = self.log_probs[:, self._hashes(text)].sum(axis=1)
+        return self.languages[int(np.argmax(s))]
+
+
+@dataclass
+class CheckResult:
+    in_language: bool
+    language_score: float
+    classifier_language: str
+    langid_language: str
+    loop_ratio: float
+    looped: bool
+
+
+@lru_cache(maxsize=1)
+def _langid():
+    try:
+        import py3langid  # type: ignore
+
+        return py3langid
+    except ImportError:
+        return None
+
+
+def langid_language(text: str, lang: str) -> str:
+    """py3langid's choice (ISO 639-1) where it covers ``lang`` and is installed, else ''."""
+    module = _langid()
+    if module is None or lang not in LANGID_CODES or not text.strip():
+        return ""
+    return str(module.classify(text)[0])
+
+
+def corpus_texts(lang: str, split: str = "train", max_chars: int = 400_000) -> list[str]:
+    """Up to ``max_chars`` of the bundled monolingual corpus of ``lang`` (empty if none)."""
+    from babelspec.data import corpus  # type: ignore
+
+    texts, total = [], 0
+    for item in corpus.monolingual(lang, split):
+        text = item if isinstance(item, str) else str(getattr(item, "text", item))
+        texts.append(text)
+        total += len(text)
+        if total >= max_chars:
+            break
+    return texts
+
+
+class OutputChecker:
+    """Checks generated texts; ``classifier`` may be None (script check only)."""
+
+    def __init__(
+        self,
+        classifier: CharNgramClassifier | None,
+        loop_ngram: int = 4,
+        loop_threshold: float = 0.5,
+        min_language_score: float = 0.5,
+        use_langid: bool = True,
+    ) -> None:
+        self.classifier = classifier
+        self.loop_ngram = loop_ngram
+        self.loop_threshold = loop_threshold
+        self.min_language_score = min_language_score
+        self.use_langid = use_langid
+
+    @classmethod
+    def from_corpora(cls, languages: list[str], **kwargs) -> "OutputChecker":
+        """Train the classifier on every bundled language (not only the requested ones)."""
+        from babelspec.experiments.config import PAPER_LANGUAGES
+
+        texts = {}
+        for lang in dict.fromkeys([*PAPER_LANGUAGES, *languages]):
+            try:
+                texts[lang] = corpus_texts(lang)
+            except Exception:  # noqa: BLE001 - a language with no bundled text is left out
+                texts[lang] = []
+        classifier = CharNgramClassifier().fit(texts) if any(texts.values()) else None
+        return cls(classifier, **kwargs)
+
+    def check(self, text: str, lang: str) -> CheckResult:
+        score = script_score(text, lang)
+        predicted = self.classifier.predict(text) if self.classifier else ""
+        known = self.classifier is not None and lang in self.classifier.languages
+        in_language = score >= self.min_language_score and (not known or predicted == lang)
+        ratio = repeated_ngram_ratio(text, self.loop_ngram)
+        return CheckResult(
+            in_language=bool(in_language),
+            language_score=score,
+            classifier_language=predicted,
+            langid_language=langid_language(text, lang) if self.use_langid else "",
+            loop_ratio=ratio,
+            looped=ratio >= self.loop_threshold,
+        )

@@ -1,0 +1,395 @@
+"""Experiment configuration: a TOML file a researcher can edit, read into dataclasses.
+
+A file names the target model, the grid (languages x tasks x drafter settings x gamma), the
+decoding settings, the output checks and the divergence analysis. ``configs/quick.toml`` and
+``configs/full.toml`` are the two profiles; ``load_config`` reads either or a user's file and
+rejects unknown keys, unknown languages or drafters and bad numbers with a message that says
+how to fix them.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+# The paper's 11 languages (ISO 639-3). The data layer's registry, when present, adds aliases.
+PAPER_LANGUAGES: tuple[str, ...] = (
+    "amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh",
+)  # fmt: skip
+KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
+# Drafter spec prefixes the project knows of (registered by their modules as they land).
+KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
+    "none", "model", "self", "head", "ngram", "distilled", "auto",
+)  # fmt: skip
+# Drafter settings the runner must prepare (train) per language before it can use them.
+PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled")
+PROFILES: tuple[str, ...] = ("quick", "full")
+
+
+class ConfigError(ValueError):
+    """A configuration file is malformed; the message names the key and the fix."""
+
+
+@dataclass
+class DrafterSetting:
+    """One drafter setting of the grid.
+
+    Either a fixed ``spec`` (``self:6``, ``model:PATH``; ``{lang}`` and ``{task}`` are
+    substituted) or a ``kind`` the runner prepares per language (``ngram`` trains an n-gram
+    file on the language's monolingual train split; ``distilled`` runs knowledge
+    distillation) and turns into a spec.
+    """
+
+    name: str  # label in the store and the report, e.g. "bigram"
+    spec: str = ""  # fixed drafter spec; empty when ``kind`` is set
+    kind: str = ""  # "ngram" | "distilled" (prepared) | "" (fixed spec)
+    trained_on: str = ""  # task the drafter was fitted to ("translation"), "general" or ""
+    languages: list[str] = field(default_factory=list)  # restrict to these; empty = all
+    options: dict[str, Any] = field(default_factory=dict)  # passed to the preparer
+
+    @property
+    def prepared(self) -> bool:
+        return bool(self.kind)
+
+
+@dataclass
+class SamplingSection:
+    preset: str = "paper"  # "paper" (top-k 100, top-p 0.9, penalty 1.1/16) | "greedy" | "plain"
+    temperature: float | None = None  # overrides of the preset (None keeps the preset's)
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float | None = None
+    repetition_window: int | None = None
+
+
+@dataclass
+class ChecksSection:
+    loop_ngram: int = 4  # n of the repeated n-gram ratio (in characters-free word/tokens units)
+    loop_threshold: float = 0.5  # ratio above which an output counts as stuck in a loop
+    min_language_score: float = 0.5  # share of the text's letters in the language's script(s)
+    langid_package: bool = True  # also ask a shipped language-ID package where it covers L
+
+
+@dataclass
+class DivergenceSection:
+    enabled: bool = True
+    drafters: list[str] = field(default_factory=list)  # setting names; empty = every setting
+    texts_per_language: int = 4  # held-out (monolingual test) texts per language
+    max_tokens_per_text: int = 48  # truncation of each held-out text, in target tokens
+
+
+@dataclass
+class ExperimentConfig:
+    name: str = "experiment"
+    description: str = ""
+    target: str = "gemma-3-270m"  # preset name or local model directory
+    languages: list[str] = field(default_factory=lambda: list(PAPER_LANGUAGES))
+    tasks: list[str] = field(default_factory=lambda: list(KNOWN_TASKS))
+    gammas: list[int] = field(default_factory=lambda: [2, 3, 4])
+    prompts_per_cell: int = 10
+    seeds: list[int] = field(default_factory=lambda: [0])
+    baseline: bool = True  # plain decoding (drafter "none") for the wall-clock speedup
+    max_new_tokens: int = 128
+    threads: int = 0  # torch threads; 0 = leave torch's default
+    shared_cache: bool = False  # prepared drafters in the user cache instead of runs/NAME
+    drafters: list[DrafterSetting] = field(default_factory=list)
+    sampling: SamplingSection = field(default_factory=SamplingSection)
+    checks: ChecksSection = field(default_factory=ChecksSection)
+    divergence: DivergenceSection = field(default_factory=DivergenceSection)
+    source: str = ""  # where the config was read from (informational)
+
+    def sampling_config(self, seed: int):
+        """The ``SamplingConfig`` of one generation."""
+        from babelspec.sampling import SamplingConfig
+
+        s = self.sampling
+        if s.preset == "paper":
+            base = SamplingConfig.paper(seed=seed)
+        elif s.preset == "greedy":
+            base = SamplingConfig(greedy=True, seed=seed)
+        else:
+            base = SamplingConfig(seed=seed)
+        overrides = {
+            k: getattr(s, k)
+            for k in ("temperature", "top_k", "top_p", "repetition_penalty", "repetition_window")
+            if getattr(s, k) is not None
+        }
+        return SamplingConfig(**{**base.to_dict(), **overrides})
+
+    def settings_for(self, lang: str) -> list[DrafterSetting]:
+        return [d for d in self.drafters if not d.languages or lang in d.languages]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_SECTIONS = {"sampling": SamplingSection, "checks": ChecksSection, "divergence": DivergenceSection}
+
+
+def _field_names(cls: type) -> set[str]:
+    return {f.name for f in fields(cls)}
+
+
+def _check_keys(table: dict, cls: type, where: str, extra: set[str] = frozenset()) -> None:
+    allowed = _field_names(cls) | set(extra)
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(allowed - {'source', 'options'}))}"
+        )
+
+
+def resolve_language(name: str) -> str:
+    """ISO 639-3 code of a language code or alias (``ne`` -> ``npi``); ConfigError if unknown."""
+    try:
+        from babelspec.data.languages import get_language
+    except ImportError:  # the data layer is absent: accept the paper's codes only
+        if name in PAPER_LANGUAGES:
+            return name
+        raise ConfigError(f"unknown language {name!r}; known: {', '.join(PAPER_LANGUAGES)}") from None
+    try:
+        return get_language(name).code
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
+    where = f"[[drafters]] #{index + 1}"
+    if isinstance(raw, str):  # shorthand: drafters = ["self:6", ...]
+        raw = {"spec": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table or a spec string, got {raw!r}")
+    own = {"name", "spec", "kind", "trained_on", "languages"}
+    options = {k: v for k, v in raw.items() if k not in own}
+    spec = str(raw.get("spec", ""))
+    kind = str(raw.get("kind", ""))
+    if bool(spec) == bool(kind):
+        raise ConfigError(
+            f"{where}: give exactly one of spec = \"self:6\" (a fixed drafter) or "
+            f"kind = \"ngram\"|\"distilled\" (a drafter the runner trains per language)"
+        )
+    if kind and kind not in PREPARED_KINDS:
+        raise ConfigError(
+            f"{where}: unknown kind {kind!r}; the runner can prepare: {', '.join(PREPARED_KINDS)}"
+        )
+    if spec:
+        prefix = spec.partition(":")[0]
+        if prefix not in KNOWN_DRAFTER_PREFIXES:
+            raise ConfigError(
+                f"{where}: unknown drafter spec {spec!r}; known forms: "
+                + ", ".join(p if p == "none" else f"{p}:..." for p in KNOWN_DRAFTER_PREFIXES)
+            )
+        if prefix in ("none", "auto"):
+            raise ConfigError(
+                f"{where}: {spec!r} is not a grid setting (plain decoding is the baseline, "
+                f"set baseline = true; 'auto' is the router's output)"
+            )
+        if options:
+            raise ConfigError(
+                f"{where}: unknown key(s) {', '.join(map(repr, sorted(options)))} for a fixed "
+                f"spec; allowed: name, spec, trained_on, languages"
+            )
+    name = str(raw.get("name") or spec or kind)
+    if name == "none":
+        raise ConfigError(f"{where}: the name 'none' is reserved for plain decoding")
+    default_trained = options.get("mode", "task") if kind == "distilled" else ""
+    trained_on = str(raw.get("trained_on", default_trained))
+    if trained_on == "task":
+        trained_on = "translation"
+    if kind == "distilled" and options.get("mode", "task") not in ("task", "general"):
+        raise ConfigError(f"{where}: mode must be 'task' or 'general', got {options['mode']!r}")
+    langs = raw.get("languages", [])
+    if not isinstance(langs, list):
+        raise ConfigError(f"{where}: languages must be a list of codes, got {langs!r}")
+    return DrafterSetting(
+        name=name, spec=spec, kind=kind, trained_on=trained_on, languages=list(langs),
+        options=options,
+    )  # fmt: skip
+
+
+def config_from_dict(data: dict, source: str = "") -> ExperimentConfig:
+    """Build and validate an ``ExperimentConfig`` from a parsed TOML table."""
+    where = source or "config"
+    _check_keys(data, ExperimentConfig, where)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}: [{key}] must be a table")
+            _check_keys(value, _SECTIONS[key], f"{where} [{key}]")
+            kwargs[key] = _SECTIONS[key](**value)
+        elif key == "drafters":
+            if not isinstance(value, list):
+                raise ConfigError(f"{where}: drafters must be an array of tables [[drafters]]")
+            kwargs[key] = [_parse_drafter(d, i) for i, d in enumerate(value)]
+        else:
+            kwargs[key] = value
+    cfg = ExperimentConfig(**kwargs, source=source)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Raise ``ConfigError`` naming the first problem found."""
+    where = cfg.source or "config"
+
+    def need(cond: bool, message: str) -> None:
+        if not cond:
+            raise ConfigError(f"{where}: {message}")
+
+    need(isinstance(cfg.languages, list) and cfg.languages, "languages must be a non-empty list")
+    cfg.languages = list(dict.fromkeys(_language(lang, where) for lang in cfg.languages))
+    need(isinstance(cfg.tasks, list) and cfg.tasks, "tasks must be a non-empty list")
+    for task in cfg.tasks:
+        need(
+            task in _known_tasks(),
+            f"unknown task {task!r}; known: {', '.join(_known_tasks())}",
+        )
+    need(isinstance(cfg.gammas, list) and cfg.gammas, "gammas must be a non-empty list, e.g. [2, 3, 4]")
+    for g in cfg.gammas:
+        need(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 1,
+            f"every gamma must be an integer >= 1 (got {g!r}); the paper sweeps [2, 3, 4]",
+        )
+    cfg.gammas = sorted(set(cfg.gammas))
+    need(
+        isinstance(cfg.prompts_per_cell, int) and cfg.prompts_per_cell >= 1,
+        f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
+    )
+    need(
+        isinstance(cfg.max_new_tokens, int) and cfg.max_new_tokens >= 1,
+        f"max_new_tokens must be an integer >= 1 (got {cfg.max_new_tokens!r})",
+    )
+    need(
+        isinstance(cfg.seeds, list) and cfg.seeds and all(isinstance(s, int) for s in cfg.seeds),
+        f"seeds must be a non-empty list of integers (got {cfg.seeds!r})",
+    )
+    need(isinstance(cfg.target, str) and cfg.target, "target must name a preset or a model directory")
+    need(
+        cfg.sampling.preset in ("paper", "greedy", "plain"),
+        f"[sampling] preset must be 'paper', 'greedy' or 'plain' (got {cfg.sampling.preset!r})",
+    )
+    try:
+        cfg.sampling_config(0)
+    except ValueError as exc:
+        raise ConfigError(f"{where} [sampling]: {exc}") from exc
+    need(cfg.baseline or cfg.drafters, "nothing to run: no drafters and baseline = false")
+    seen: set[str] = set()
+    for d in cfg.drafters:
+        need(d.name not in seen, f"two drafter settings are named {d.name!r}; give each a name")
+        seen.add(d.name)
+        d.languages = [_language(lang, f"{where} drafter {d.name!r}") for lang in d.languages]
+    for n in cfg.divergence.drafters:
+        need(n in seen, f"[divergence] drafters: no drafter setting named {n!r}")
+    need(cfg.checks.loop_ngram >= 1, "[checks] loop_ngram must be >= 1")
+    need(0.0 < cfg.checks.loop_threshold <= 1.0, "[checks] loop_threshold must be in (0, 1]")
+
+
+def _language(name: object, where: str) -> str:
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: a language must be a code string like \"amh\", got {name!r}")
+    try:
+        return resolve_language(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _known_tasks() -> tuple[str, ...]:
+    try:
+        from babelspec.data import tasks as task_registry  # type: ignore
+
+        names = getattr(task_registry, "task_names", None)
+        if callable(names):
+            return tuple(names())
+        registry = getattr(task_registry, "TASKS", None)
+        if isinstance(registry, dict):
+            return tuple(registry)
+    except Exception:  # noqa: BLE001 - fall back to the paper's two tasks
+        pass
+    return KNOWN_TASKS
+
+
+def profile_path(profile: str) -> Path:
+    """``configs/<profile>.toml`` of the repository (or of the current directory)."""
+    if profile not in PROFILES:
+        raise ConfigError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
+    candidates = [
+        Path(__file__).resolve().parents[2] / "configs" / f"{profile}.toml",
+        Path.cwd() / "configs" / f"{profile}.toml",
+    ]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise ConfigError(
+        f"profile {profile!r}: configs/{profile}.toml not found; run from the repository root "
+        f"or pass --config FILE"
+    )
+
+
+def load_config(path: str | Path | None = None, profile: str | None = None) -> ExperimentConfig:
+    """Read a config file, or a named profile (``quick`` when neither is given)."""
+    if path is not None and profile is not None:
+        raise ConfigError("give either a config file or a profile, not both")
+    file = Path(path) if path is not None else profile_path(profile or "quick")
+    if not file.is_file():
+        raise ConfigError(f"config file {str(file)!r} not found")
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text: {exc}") from exc
+    cfg = config_from_dict(data, source=str(file))
+    # Relative paths (a local model directory, a distillation config) are relative to the file.
+    target = Path(cfg.target)
+    if not target.is_absolute() and (file.parent / target).is_dir():
+        cfg.target = str((file.parent / target).resolve())
+    for d in cfg.drafters:
+        sub = d.options.get("config")
+        if isinstance(sub, str) and not Path(sub).is_absolute():
+            if not (file.parent / sub).is_file():
+                raise ConfigError(f"{file}: drafter {d.name!r}: config file {sub!r} not found next to it")
+            d.options["config"] = str((file.parent / sub).resolve())
+    return cfg
+
+
+def dump_toml(cfg: ExperimentConfig) -> str:
+    """The config as TOML (what the run directory keeps next to its store)."""
+    data = cfg.to_dict()
+    data.pop("source", None)
+    lines: list[str] = []
+    scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list)) or k in (
+        "languages", "tasks", "gammas", "seeds")}
+    for k, v in scalars.items():
+        lines.append(f"{k} = {_toml_value(v)}")
+    for section in ("sampling", "checks", "divergence"):
+        lines.append(f"\n[{section}]")
+        for k, v in data[section].items():
+            if v is not None:
+                lines.append(f"{k} = {_toml_value(v)}")
+    for d in data["drafters"]:
+        lines.append("\n[[drafters]]")
+        options = d.pop("options")
+        for k, v in {**d, **options}.items():
+            if v not in ("", [], None):
+                lines.append(f"{k} = {_toml_value(v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    import json
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"cannot write {v!r} as TOML")

@@ -1,0 +1,185 @@
+"""The report's figures (matplotlib, Agg backend), each returned as PNG bytes.
+
+Numbering follows the paper where a figure has a counterpart there (Fig. 2 forward times,
+Figs. 3-4 acceptance and speedup per language, Fig. 5 in-task versus held-out task).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+BASELINE = "none"
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def forward_times(samples: dict[str, dict[str, list[float]]]) -> bytes | None:
+    """Distribution of one forward's time per drafter, and the target's (paper Fig. 2)."""
+    series = {f"draft: {d}": v["draft"] for d, v in samples.items() if d != BASELINE and v["draft"]}
+    target = [x for v in samples.values() for x in v["target"]]
+    if target:
+        series["target (verify)"] = target
+    series = {k: np.asarray(v) * 1e3 for k, v in series.items() if len(v)}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    lo = max(min(float(v[v > 0].min()) for v in series.values() if (v > 0).any()), 1e-4)
+    hi = max(float(v.max()) for v in series.values())
+    bins = np.logspace(np.log10(lo), np.log10(hi * 1.05), 50)
+    for name, v in series.items():
+        ax.hist(v[v > 0], bins=bins, histtype="step", linewidth=1.6,
+                label=f"{name} (median {np.median(v):.3g} ms)")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("time of one forward (ms, log scale)")
+    ax.set_ylabel("forwards")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def per_language_bars(best: list[dict], task: str, value: str, ylabel: str,
+                      line_at_one: bool = False) -> bytes | None:
+    """One bar per drafter setting per language for ``task`` (paper Figs. 3-4)."""
+    rows = [b for b in best if b["task"] == task and _finite(b.get(value))]
+    if not rows:
+        return None
+    langs = sorted({b["language"] for b in rows})
+    drafters = sorted({b["drafter"] for b in rows})
+    width = 0.8 / len(drafters)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(langs) + 2), 3.6))
+    for j, d in enumerate(drafters):
+        vals = {b["language"]: b[value] for b in rows if b["drafter"] == d}
+        xs = [i + (j - (len(drafters) - 1) / 2) * width for i in range(len(langs))]
+        ax.bar(xs, [vals.get(lang, np.nan) for lang in langs], width, label=d)
+    if line_at_one:
+        ax.axhline(1.0, color="k", linewidth=1, linestyle="--")
+    ax.set_xticks(range(len(langs)), langs)
+    ax.set_ylabel(ylabel)
+    ax.set_title(task)
+    ax.legend(fontsize=8, ncol=min(4, len(drafters)))
+    return _png(fig)
+
+
+def task_tradeoff(best: list[dict]) -> bytes | None:
+    """Per drafter: acceptance on translation (x) against story (y), per language and mean
+    (paper Fig. 5: a drafter fitted to one task can lose on the other)."""
+    by = defaultdict(dict)
+    for b in best:
+        if _finite(b.get("alpha_mean")):
+            by[(b["drafter"], b["language"])][b["task"]] = b["alpha_mean"]
+    pts = defaultdict(list)
+    for (d, _lang), tasks in by.items():
+        if "translation" in tasks and "story" in tasks:
+            pts[d].append((tasks["translation"], tasks["story"]))
+    if not pts:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    for d, xy in sorted(pts.items()):
+        xy = np.asarray(xy)
+        sc = ax.scatter(xy[:, 0], xy[:, 1], alpha=0.35, s=18)
+        ax.scatter(xy[:, 0].mean(), xy[:, 1].mean(), s=120, marker="*",
+                   color=sc.get_facecolor()[0][:3], label=f"{d} (mean)")  # fmt: skip
+    ax.plot([0, 1], [0, 1], color="grey", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_xlabel("alpha on translation (in-task for task-distilled drafters)")
+    ax.set_ylabel("alpha on story generation (held-out task)")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def measured_vs_theoretical(settings: list[dict]) -> bytes | None:
+    rows = [s for s in settings if s["drafter"] != BASELINE and _finite(s.get("speedup"))
+            and _finite(s.get("theoretical_f"))]  # fmt: skip
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    for d in sorted({s["drafter"] for s in rows}):
+        xs = [s["theoretical_f"] for s in rows if s["drafter"] == d]
+        ys = [s["speedup"] for s in rows if s["drafter"] == d]
+        ax.scatter(xs, ys, s=22, label=d, alpha=0.8)
+    lim = max(max(s["theoretical_f"] for s in rows), max(s["speedup"] for s in rows)) * 1.1
+    ax.plot([0, lim], [0, lim], color="grey", linestyle=":", linewidth=1)
+    ax.axhline(1.0, color="k", linewidth=0.8, linestyle="--")
+    ax.set_xlabel("theoretical f = (1 - a^(g+1)) / ((1 - a)(g c + 1))")
+    ax.set_ylabel("measured wall-clock speedup vs plain decoding")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def latency_per_char(languages: list[dict]) -> bytes | None:
+    """Milliseconds per generated character: plain decoding and the best setting, per language."""
+    rows = [r for r in languages if _finite(r.get("seconds_per_char_plain"))]
+    if not rows:
+        return None
+    labels = [f"{r['language']}\n{r['task'][:5]}" for r in rows]
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(rows) + 2), 3.6))
+    ax.bar(x - 0.2, [r["seconds_per_char_plain"] * 1e3 for r in rows], 0.4, label="plain decoding")
+    ax.bar(x + 0.2, [(r["seconds_per_char_best"] or np.nan) * 1e3 for r in rows], 0.4,
+           label="best setting")  # fmt: skip
+    ax.set_xticks(x, labels, fontsize=8)
+    ax.set_ylabel("ms per generated character")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def acceptance_by_position(best: list[dict]) -> bytes | None:
+    rows = [b for b in best if b.get("acceptance_by_output_position")]
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    by = defaultdict(list)
+    for b in rows:
+        by[(b["drafter"], b["task"])].append(b["acceptance_by_output_position"])
+    for (d, task), curves in sorted(by.items()):
+        n = max(len(c) for c in curves)
+        arr = np.full((len(curves), n), np.nan)
+        for i, c in enumerate(curves):
+            arr[i, : len(c)] = [np.nan if v is None else v for v in c]
+        ax.plot(np.arange(n) * 16 + 8, np.nanmean(arr, axis=0), marker="o", label=f"{d} / {task}")
+    ax.set_xlabel("position in the output (tokens, bins of 16)")
+    ax.set_ylabel("alpha (mean over languages)")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: dict) -> bytes | None:
+    rows = [d for d in divergence if _finite(d.get("tv_per_char")) and d["language"] in corpus
+            and corpus[d["language"]].get("train_chars")]  # fmt: skip
+    if not rows:
+        return None
+    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    for name in sorted({d["drafter"] for d in rows}):
+        pts = [(corpus[d["language"]]["train_chars"], d["tv_per_char"], d["language"])
+               for d in rows if d["drafter"] == name]  # fmt: skip
+        cor = correlations.get(name, {})
+        label = name
+        if _finite(cor.get("r")):
+            label += f" (r = {cor['r']:.2f}, p = {cor['p']:.2g}, n = {int(cor['n'])})"
+        sc = ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=label)
+        for x, y, lang in pts:
+            ax.annotate(lang, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
+                        color=sc.get_facecolor()[0][:3])  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("bundled monolingual train corpus (characters, log scale)")
+    ax.set_ylabel("draft/target total variation per character")
+    ax.legend(fontsize=8)
+    return _png(fig)

@@ -1,0 +1,54 @@
+"""A report renders from a small hand-made store: Markdown, figures, self-contained HTML."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from babelspec.cli import app
+from babelspec.report import build_report
+from experiments_fixtures import small_store
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    store = small_store(tmp_path / "results.sqlite")
+    store.add_divergence({"language": "amh", "drafter": "fast", "n_texts": 2, "n_tokens": 40,
+                          "n_chars": 100, "tv_sum": 12.0, "tv_per_token": 0.3, "tv_per_char": 0.12,
+                          "covered": 1.0, "expected_alpha": 0.7})  # fmt: skip
+    store.add_skip("distill-task", "yor", "babelspec.distill is not available")
+    store.close()
+    return tmp_path
+
+
+def test_report_has_the_headline_worst_language_and_figures(run_dir):
+    paths = build_report(run_dir)
+    md = paths["markdown"].read_text()
+    assert "Mean measured speedup 1.40x; worst language yor" in md
+    assert "worst (story)" in md and "With the router" in md
+    assert "| amh | story | fast | 3 | 0.70 | 2.00x |" in md
+    assert "Cross-task matrix" in md and "(in-task)" in md and "(held-out)" in md
+    assert "babelspec.distill is not available" in md  # skipped settings and why
+    assert "Not measured" in md and "paper's means" in md
+    pngs = sorted(p.name for p in paths["figures"].glob("*.png"))
+    for stem in ("fig2-forward-times", "fig3-alpha-story", "fig4-speedup-translation",
+                 "fig5-task-tradeoff", "fig6-measured-vs-theoretical", "fig7-latency-per-char"):
+        assert f"{stem}.png" in pngs
+        assert f"figures/{stem}.png" in md
+    html = paths["html"].read_text()
+    assert html.startswith("<!DOCTYPE html>")
+    assert len(re.findall(r"src='data:image/png;base64,", html)) == len(pngs)
+    assert "src='figures/" not in html and "<link" not in html  # self-contained
+
+
+def test_report_cli_and_its_error_on_a_missing_run(run_dir, tmp_path):
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    assert "report.html" in res.output
+    res = runner.invoke(app, ["report", str(tmp_path / "nothing")])
+    assert res.exit_code != 0
+    flat = " ".join(res.output.replace("│", " ").split())  # the error box wraps lines
+    assert "not a babelspec run directory" in flat
