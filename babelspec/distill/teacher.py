@@ -58,28 +58,15 @@ def score_topk(model: nn.Module, ids: Sequence[int], response_start: int, k: int
                    topk_values=values.cpu().numpy().astype(logp_dtype))
 
 
-@torch.inference_mode()
 def greedy_response(model: nn.Module, tokenizer, item: PromptItem, max_new_tokens: int,
                     eos_token_ids: Sequence[int] | None = None) -> list[int]:
     """The teacher's greedy continuation of ``item.prompt_ids``, cut at EOS or a stop string
     (the stop string itself is kept out of the response, as the task's stop rule wants)."""
-    device = _device(model)
-    prompt = torch.tensor([list(item.prompt_ids)], dtype=torch.long, device=device)
     if eos_token_ids is None:
         eos = getattr(model.generation_config, "eos_token_id", None)
         eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, top_k=None, top_p=None,
-                  temperature=None, eos_token_id=list(eos_token_ids) or None,
-                  pad_token_id=(list(eos_token_ids) or [0])[0],
-                  attention_mask=torch.ones_like(prompt))
-    if item.stop_strings and tokenizer is not None:
-        kwargs.update(stop_strings=list(item.stop_strings), tokenizer=tokenizer)
-    out = model.generate(prompt, **kwargs)[0, prompt.shape[1]:].tolist()
-    # Drop EOS and anything after it; cut before the first stop string.
-    for i, tok in enumerate(out):
-        if tok in eos_token_ids:
-            out = out[:i]
-            break
+    out = sampled_response(model, item.prompt_ids, SamplingConfig(greedy=True), max_new_tokens,
+                           eos_token_ids, stop_strings=item.stop_strings, tokenizer=tokenizer)
     if item.stop_strings and tokenizer is not None and out:
         out = _cut_at_stop(tokenizer, out, item.stop_strings)
     return out
@@ -171,9 +158,11 @@ def warped_targets(model: nn.Module, ids: Sequence[int], response_start: int,
 @torch.inference_mode()
 def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: SamplingConfig,
                      max_new_tokens: int, eos_token_ids: Sequence[int] = (),
-                     seed: int = 0) -> list[int]:
+                     seed: int = 0, stop_strings: Sequence[str] = (),
+                     tokenizer=None) -> list[int]:
     """A response sampled from the teacher under ``sampling`` (the text the drafter will face at
-    decoding time), with babelspec's own warping so that it matches the engine exactly."""
+    decoding time), with babelspec's own warping so that it matches the engine exactly. Stops
+    at EOS (not included) or once the decoded response contains a stop string."""
     device = _device(model)
     generator = torch.Generator().manual_seed(seed)
     from transformers import DynamicCache
@@ -190,6 +179,10 @@ def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: Samp
         if tok in eos_token_ids:
             break
         out.append(tok)
+        if stop_strings and tokenizer is not None:
+            text = tokenizer.decode(out[-16:])
+            if any(stop in text for stop in stop_strings):
+                break
         seq = torch.cat([seq, torch.tensor([tok])])
         logits = model(input_ids=torch.tensor([[tok]], device=device), cache=cache,
                        use_cache=True).logits[0, -1:]

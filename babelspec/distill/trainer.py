@@ -85,20 +85,36 @@ class Batch:
     topk_logp: torch.Tensor  # [N, k]
 
 
+def fit_length(e: Example, max_seq_len: int) -> Example:
+    """Cut an example to ``max_seq_len`` tokens from the left, keeping its first token (BOS)
+    and its response: long few-shot prompts lose their oldest context, never the targets."""
+    n = e.ids.size
+    if n <= max_seq_len:
+        return e
+    cut = n - max_seq_len + 1  # tokens 1 .. cut-1 are dropped
+    keep = np.concatenate([[0], np.arange(cut, n)])
+    rows_dropped = int(e.mask[1:cut].sum())  # response rows of dropped tokens (before the tail)
+    mask = e.mask[keep].copy()
+    mask[0] = False
+    return Example(ids=e.ids[keep], mask=mask, topk_ids=e.topk_ids[rows_dropped:],
+                   topk_values=e.topk_values[rows_dropped:])
+
+
 def collate(examples: Sequence[Example], max_seq_len: int, pad_id: int = 0) -> Batch:
     """Right-pad a micro-batch; position t - 1 of a response token t carries its top-k row."""
-    lengths = [min(e.ids.size, max_seq_len) for e in examples]
-    width = max(lengths)
+    examples = [fit_length(e, max_seq_len) for e in examples]
+    width = max(e.ids.size for e in examples)
     ids = np.full((len(examples), width), pad_id, dtype=np.int64)
     attn = np.zeros((len(examples), width), dtype=np.int64)
     rows, topk_ids, topk_logp = [], [], []
-    for b, (e, n) in enumerate(zip(examples, lengths)):
-        ids[b, :n] = e.ids[:n]
+    for b, e in enumerate(examples):
+        n = e.ids.size
+        ids[b, :n] = e.ids
         attn[b, :n] = 1
-        resp = np.flatnonzero(e.mask[:n])  # response token positions, in order
+        resp = np.flatnonzero(e.mask)  # response token positions, in order
         rows.append(b * width + resp - 1)
-        topk_ids.append(e.topk_ids[: resp.size])
-        topk_logp.append(e.topk_values[: resp.size])
+        topk_ids.append(e.topk_ids)
+        topk_logp.append(e.topk_values)
     return Batch(
         input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(attn),
         rows=torch.from_numpy(np.concatenate(rows)).long(),

@@ -1,0 +1,104 @@
+"""A whole distillation run on the bundled data with the default target's real tokenizer (and a
+tiny randomly initialised Gemma-3 of the same vocabulary as teacher), its resume, and the CLI's
+errors."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from babelspec.cli import app
+from babelspec.distill.pipeline import Teacher, load_config, run_distill
+from babelspec.drafters import make_drafter
+from babelspec.engine import generate
+from babelspec.sampling import SamplingConfig
+from babelspec.target import Target
+from tiny import tiny_gemma3
+
+
+@pytest.fixture(scope="module")
+def teacher():
+    from babelspec.models import load_tokenizer
+
+    tokenizer = load_tokenizer("gemma-3-270m")
+    model = tiny_gemma3(vocab=len(tokenizer), seed=1, layers=2)
+    return Teacher("tiny-gemma3", model, tokenizer)
+
+
+def tiny_config(tmp_path, mode):
+    return load_config(None, mode=mode, lang="yo", student="self:1,head=corpus",
+                       cache_dir=str(tmp_path / "cache"),
+                       **{"data.max_examples": 3, "data.max_new_tokens": 4, "data.max_tokens": 12,
+                          "data.shard_size": 2, "train.steps": 3, "train.batch_size": 2,
+                          "train.grad_accum": 1, "train.lr": 1e-3, "train.checkpoint_every": 2,
+                          "eval.prompts": 1, "eval.max_new_tokens": 4})
+
+
+@pytest.mark.parametrize("mode", ["task", "general"])
+def test_a_run_writes_a_loadable_drafter_and_resumes(teacher, tmp_path, mode):
+    config = tiny_config(tmp_path, mode)
+    config.validate()
+    assert config.lang == "yor"  # the alias was resolved
+    out = tmp_path / "out"
+    first = run_distill(config, out, progress=False, teacher=teacher, stop_after=2)
+    assert first["interrupted_at_step"] == 2 and not (out / "distilled.json").exists()
+    meta = run_distill(tiny_config(tmp_path, mode), out, progress=False, teacher=teacher)
+    assert meta["steps"] == 3 and len(meta["losses"]) == 3 and meta["resumed_from"] == [2]
+    saved = json.loads((out / "distilled.json").read_text())
+    assert saved["mode"] == mode and saved["lang"] == "yor" and saved["teacher"] == "tiny-gemma3"
+    for task in ("translation", "story"):
+        for when in ("eval_before", "eval_after"):
+            assert 0.0 <= saved[when][task]["expected_acceptance"] <= 1.0
+            assert saved[when][task]["positions"] > 0
+    assert saved["wall_seconds"]["train_seconds"] > 0
+    caches = sorted(p.name.split("-")[0] for p in (tmp_path / "cache").iterdir())
+    assert caches == ["eval", "eval", "train"]
+
+    target = Target(teacher.model, teacher.tokenizer)
+    drafter = make_drafter(f"distilled:{out}", target)
+    greedy = SamplingConfig(greedy=True)
+    prompt = teacher.tokenizer("Ẹnì kọ̀ọ̀kan").input_ids
+    plain = generate(target, make_drafter("none", target), prompt, max_new_tokens=6, sampling=greedy)
+    spec = generate(target, drafter, prompt, gamma=3, max_new_tokens=6, sampling=greedy)
+    assert spec.token_ids == plain.token_ids
+
+
+def test_config_errors_name_the_bad_key(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[train]\nstpes = 3\n")
+    with pytest.raises(ValueError, match=r"unknown \[train\] keys \['stpes'\]"):
+        load_config(bad)
+    bad.write_text("studnet = 'self:2'\n")
+    with pytest.raises(ValueError, match="unknown config keys"):
+        load_config(bad)
+    bad.write_text("[data\n")
+    with pytest.raises(ValueError, match="not valid TOML"):
+        load_config(bad)
+    with pytest.raises(ValueError, match="data.logp_dtype"):
+        load_config(None, **{"data.logp_dtype": "int8"})
+    for name in ("demo", "paper"):  # the shipped configs parse
+        cfg = load_config(f"configs/distill/{name}.toml", mode="task", lang="amh")
+        cfg.validate()
+    paper = load_config("configs/distill/paper.toml")
+    assert (paper.train.steps, paper.train.batch_size, paper.train.grad_accum) == (3000, 4, 8)
+    assert (paper.train.lr, paper.train.warmup_ratio, paper.data.k) == (5e-5, 0.06, 20)
+
+
+def flat(output: str) -> str:
+    """The CLI's message without the line breaks and box of the terminal rendering."""
+    return "".join(ch for ch in output if ch.isalnum() or ch in ":,")
+
+
+def test_cli_rejects_bad_input_clearly(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["distill", "--mode", "both", "--lang", "yor", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "task,general" in flat(result.output)
+    result = runner.invoke(app, ["distill", "--mode", "task", "--lang", "xx", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "xx" in flat(result.output)
+    result = runner.invoke(app, ["distill", "--mode", "task", "--lang", "yor", "--student",
+                                 "lora:2", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "self:K" in flat(result.output)
+    result = runner.invoke(app, ["distill", "--mode", "task", "--lang", "yor", "--config",
+                                 str(tmp_path / "none.toml"), "-o", str(tmp_path)])
+    assert result.exit_code == 2 and "doesnotexist" in flat(result.output)
