@@ -96,7 +96,7 @@ class NgramDrafter(Drafter):
         self.vocab_size = vocab_size if vocab_size is not None else model.vocab_size
         self._vocab_map = model.vocab_map.astype(np.int64)
         self._dense_of: dict[int, int] = dict(zip(self._vocab_map.tolist(), range(model.base)))
-        self._base = model.base
+        self._bits = model.key_bits
         self._ctx_len = model.order - 1
         self._rows: list[dict[int, Any]] = [dict() for _ in range(model.order)]
         self._mode = "sample"
@@ -244,7 +244,7 @@ class NgramDrafter(Drafter):
                     if d < 0:
                         key = -1
                         break
-                    key = key * self._base + d
+                    key = (key << self._bits) | d
                 if key < 0:
                     continue
             cache = self._rows[k]

@@ -1,8 +1,8 @@
 """Counting n-grams of token ids with NumPy: sorts and segment sums, no loop per token.
 
 Every order k+1 (context length k = 0 … n−1) is counted from the same concatenated token
-array: an n-gram is one uint64 code (its k+1 dense ids as base-U digits, U = distinct tokens),
-so counting is one sort plus a diff. N-grams never cross a document boundary.
+array: an n-gram is one unsigned code (its k+1 dense ids packed by shifts, ceil(log2 U) bits
+each, U = distinct tokens), so counting is one in-place sort plus a diff. N-grams never cross a document boundary.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from typing import Any
 import numpy as np
 
 from babelspec.ngram.model import NgramModel, NgramTable
-
-_U64_LIMIT = 2**64
-
 
 @dataclass(frozen=True)
 class CountConfig:
@@ -46,7 +43,7 @@ def _unique_counts(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Sorted distinct values and their multiplicities (np.unique without its extra passes)."""
     if codes.size == 0:
         return codes, np.zeros(0, dtype=np.int64)
-    codes = np.sort(codes)
+    codes.sort()  # in place: the caller's array is scratch
     starts = np.flatnonzero(np.concatenate(([True], codes[1:] != codes[:-1])))
     counts = np.diff(np.append(starts, codes.size))
     return codes[starts], counts
@@ -62,12 +59,20 @@ def _build_table(k: int, ctx: np.ndarray, nxt: np.ndarray, cnt: np.ndarray, conf
         new_row = np.concatenate(([True], ctx[1:] != ctx[:-1]))
         group = np.cumsum(new_row) - 1
         cmax = int(cnt.max())
-        # One sort key: row first, then count descending (ties keep the token order: stable sort).
-        if int(group[-1]) * (cmax + 1) + cmax < 2**63:
-            order = np.argsort(group * (cmax + 1) + (cmax - cnt), kind="stable")
+        # One sort key: row first, then count descending, then token id (unique, so the fast
+        # unstable sort is deterministic).
+        nbits = max(1, int(nxt.max()).bit_length())
+        cbits = max(1, cmax.bit_length())
+        if int(group[-1]).bit_length() + cbits + nbits <= 63:
+            # Sort packed (row, count descending, token) keys themselves (a direct sort beats an
+            # argsort, and the keys are unique so it is deterministic), then unpack them.
+            key = (group << (cbits + nbits)) | ((cmax - cnt) << nbits) | nxt.astype(np.int64)
+            key.sort()
+            nxt = key & ((1 << nbits) - 1)
+            cnt = cmax - ((key >> nbits) & ((1 << cbits) - 1))
         else:
-            order = np.lexsort((-cnt, group))
-        nxt, cnt = nxt[order], cnt[order]
+            order = np.lexsort((nxt, -cnt, group))
+            nxt, cnt = nxt[order], cnt[order]
         row_starts = np.flatnonzero(new_row)
         if config.max_continuations:
             rank = np.arange(n) - row_starts[group]
@@ -116,25 +121,22 @@ def count_ngrams(
     present = np.bincount(tokens, minlength=1) > 0 if n_tokens else np.zeros(0, bool)
     vocab_map = np.flatnonzero(present).astype(np.uint32)
     base = int(vocab_map.size)
-    if base and base ** config.order >= _U64_LIMIT - 1:
-        max_order = 1
-        while base ** (max_order + 1) < _U64_LIMIT:
-            max_order += 1
+    bits = max(1, (base - 1).bit_length())
+    if bits * config.order >= 64:  # the all-ones code stays free as the boundary sentinel
         raise ValueError(
             f"order {config.order} is too high for a corpus with {base} distinct tokens "
-            f"(n-gram codes must fit in 64 bits); use order <= {max_order}"
+            f"(n-gram codes of {bits} bits per token must fit in 64 bits); use order <= {63 // bits}"
         )
-    # n-gram codes use the narrowest unsigned type that holds base**order (uint32 sorts faster)
-    code_dtype = np.uint32 if base ** config.order < 2**32 else np.uint64
+    code_dtype = np.uint32 if bits * config.order < 32 else np.uint64  # uint32 sorts faster
     lookup = np.zeros(int(vocab_map[-1]) + 1 if base else 1, dtype=code_dtype)
     lookup[vocab_map] = np.arange(base, dtype=code_dtype)
     dense = lookup[tokens]
     del lookup
     doc_starts = (np.cumsum(doc_lengths) - doc_lengths)[doc_lengths > 0]
     sentinel = np.iinfo(code_dtype).max  # marks n-grams that would cross a document boundary
+    shift, mask = code_dtype(bits), code_dtype((1 << bits) - 1)
 
     tables: list[NgramTable] = []
-    ubase = code_dtype(max(base, 1))
     for k in range(config.order):
         if k == 0:
             counts = np.bincount(dense, minlength=base) if base else np.zeros(0, np.int64)
@@ -149,8 +151,8 @@ def count_ngrams(
             continue
         code = dense[0:m].copy()
         for j in range(1, k + 1):
-            code *= ubase
-            code += dense[j : j + m]
+            code <<= shift
+            code |= dense[j : j + m]
         # The n-gram starting at position s - j (j = 1..k) spans the start s of a document.
         for j in range(1, k + 1):
             bad = doc_starts - j
@@ -159,9 +161,8 @@ def count_ngrams(
         del code
         if codes.size and codes[-1] == sentinel:
             codes, counts = codes[:-1], counts[:-1]
-        codes = codes.astype(np.uint64, copy=False)
-        ctx, nxt = codes // np.uint64(ubase), codes % np.uint64(ubase)
-        tables.append(_build_table(k, ctx, nxt, counts, config))
+        ctx, nxt = codes >> shift, codes & mask
+        tables.append(_build_table(k, ctx.astype(np.uint64), nxt, counts, config))
 
     meta = dict(training or {})
     meta.update(

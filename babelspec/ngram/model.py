@@ -3,7 +3,7 @@
 An order-n model keeps one table per context length k = 0 … n−1 (k = 0 is the unigram), so a
 drafter can back off from an unseen (n−1)-token context to shorter ones. Each table is CSR:
 
-* ``keys[C]``     sorted context keys (the k context tokens as base-``base`` digits),
+* ``keys[C]``     sorted context keys (the k context tokens' dense ids, ``key_bits`` bits each),
 * ``offsets[C+1]`` row c's continuations are ``offsets[c]:offsets[c+1]``,
 * ``next[E]``     continuation tokens, most frequent first within a row,
 * ``counts[E]``   their training counts.
@@ -92,6 +92,11 @@ class NgramModel:
         return int(self.vocab_map.shape[0])
 
     @property
+    def key_bits(self) -> int:
+        """Bits per token in a context key: keys pack dense ids by shifts, not multiplications."""
+        return max(1, (self.base - 1).bit_length())
+
+    @property
     def vocab_size(self) -> int | None:
         return self.tokenizer.get("vocab_size")
 
@@ -103,9 +108,9 @@ class NgramModel:
         return np.where(hit, pos, -1)
 
     def context_key(self, dense_context: list[int]) -> int:
-        key = 0
+        key, bits = 0, self.key_bits
         for d in dense_context:
-            key = key * self.base + int(d)
+            key = (key << bits) | int(d)
         return key
 
     def continuations(self, token_ids: list[int]) -> tuple[np.ndarray, np.ndarray] | None:
@@ -193,6 +198,7 @@ class NgramModel:
             "format_version": FORMAT_VERSION,
             "order": self.order,
             "base": self.base,
+            "key_bits": self.key_bits,
             "tokenizer": self.tokenizer,
             "training": self.training,
             "arrays": specs,
