@@ -104,3 +104,6 @@ app.command("report")(report_command)
 from babelspec.ngram.cli import bench_ngram, ngram_app  # noqa: E402
 app.add_typer(ngram_app, name="ngram")
 bench_app.command("ngram")(bench_ngram)
+from babelspec.models.cli import bench_equivalence, bench_peers  # noqa: E402
+bench_app.command("peers")(bench_peers)
+bench_app.command("equivalence")(bench_equivalence)

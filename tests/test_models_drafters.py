@@ -7,6 +7,7 @@ import pytest
 import torch
 from tiny import tiny_gemma3, tiny_qwen3
 
+from babelspec.drafters import make_drafter
 from babelspec.drafters.base import SparseProbs
 from babelspec.drafters.model import ModelDrafter
 from babelspec.drafters.selfdraft import truncated_model
@@ -51,9 +52,10 @@ def test_self_k_rejects_bad_layer_counts() -> None:
         make_drafter("head", target)
 
 
-def _head_drafter(model: torch.nn.Module, keep: list[int], layers: int | None = None) -> VocabHeadDrafter:
+def _head_drafter(model: torch.nn.Module, keep: list[int], layers: int | None = None,
+                  target: Target | None = None) -> VocabHeadDrafter:
     body = truncated_model(model, layers) if layers else model
-    return VocabHeadDrafter(RestrictedHeadLM(body, torch.tensor(keep)), name="head:test")
+    return VocabHeadDrafter(RestrictedHeadLM(body, torch.tensor(keep)), name="head:test", target=target)
 
 
 def test_restricted_head_is_normalised_and_zero_outside_its_tokens() -> None:
@@ -98,14 +100,34 @@ def test_restricted_head_keeps_top_k_sparse_and_applies_penalty_in_its_columns()
     torch.testing.assert_close(draft.probs.dense_row(0, 64), expected, rtol=1e-4, atol=1e-6)
 
 
+def test_self_draft_starts_from_a_copy_of_the_targets_prefill() -> None:
+    model = tiny_gemma3(vocab=64, layers=4, sliding_window=4)
+    target = Target(model)
+    prompt = [1, 7, 3, 9, 4, 2, 8, 5]
+    shared, own = make_drafter("self:2", target), ModelDrafter(truncated_model(model, 2))
+    target.prefill(prompt[:-1])
+    sampling = SamplingConfig(greedy=True)
+    shared.start(prompt, sampling, torch.Generator())
+    own.start(prompt, sampling, torch.Generator())
+    assert shared.lm.forward_seconds == []  # no draft forward spent on the prompt
+    assert shared.lm.cached_len == own.lm.cached_len == len(prompt) - 1
+    for a, b in zip(shared.lm.cache.layers, own.lm.cache.layers):
+        torch.testing.assert_close(a.keys, b.keys)
+        torch.testing.assert_close(a.values, b.values)
+    assert shared.propose(3).tokens.tolist() == own.propose(3).tokens.tolist()
+    # the copy is the drafter's own: drafting did not touch the target's cache
+    assert target.cache.layers[0].keys.shape[-2] == len(prompt) - 1
+
+
 @pytest.mark.parametrize("spec", ["self", "head", "self+head"])
 def test_greedy_speculation_with_self_drafts_equals_plain_greedy(spec: str) -> None:
     model = tiny_gemma3(vocab=64, layers=4, sliding_window=4)
     target = Target(model)
     if spec == "self":
-        drafter = ModelDrafter(truncated_model(model, 2))
+        drafter = make_drafter("self:2", target)
     else:
-        drafter = _head_drafter(model, list(range(0, 64, 3)), layers=2 if spec == "self+head" else None)
+        drafter = _head_drafter(model, list(range(0, 64, 3)), layers=2 if spec == "self+head" else None,
+                                target=target)
     prompt = [1, 7, 3, 9, 4]
     plain = model.generate(torch.tensor([prompt]), max_new_tokens=20, do_sample=False,
                            eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()

@@ -16,6 +16,7 @@ import torch
 from babelspec.drafters import register
 from babelspec.drafters.base import Drafter
 from babelspec.drafters.model import ModelDrafter
+from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
 
@@ -77,6 +78,34 @@ def truncated_model(model: torch.nn.Module, k: int) -> torch.nn.Module:
     return draft
 
 
+class SelfDrafter(ModelDrafter):
+    """A neural drafter whose first ``n_shared`` layers are the target's own.
+
+    Those layers' KV cache after the prompt is exactly the target's, so ``start`` copies it
+    from the target's prefill (a few MB) instead of running the prompt through the draft
+    again: the draft's prefill costs nothing.
+    """
+
+    def __init__(self, model: torch.nn.Module, target: Target | None, n_shared: int, name: str) -> None:
+        super().__init__(model, name=name)
+        self.target = target
+        self.n_shared = n_shared
+
+    def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
+        target = self.target
+        # The engine prefills the target with context[:-1] right before starting the drafter.
+        if target is not None and len(context_ids) > 1 and target.cached_len == len(context_ids) - 1 and target.croppable:
+            self.sampling, self.generator = sampling, generator
+            self.ids = list(context_ids)
+            self.drafted = []
+            self.lm.reset()
+            self.lm.cache.layers = [copy.deepcopy(layer) for layer in target.cache.layers[: self.n_shared]]
+            self.lm.cached_len = target.cached_len
+            self.lm.timer.reset()
+        else:
+            super().start(context_ids, sampling, generator)
+
+
 def parse_layers(text: str, target: Target) -> int:
     n = num_layers(target.model)
     try:
@@ -99,4 +128,4 @@ def _self(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
         from babelspec.drafters.vocabhead import restricted_drafter
 
         return restricted_drafter(target, k=k, lang=lang or context.get("lang"), name=f"self:{arg}")
-    return ModelDrafter(truncated_model(target.model, k), name=f"self:{k}")
+    return SelfDrafter(truncated_model(target.model, k), target, k, name=f"self:{k}")

@@ -23,7 +23,7 @@ import torch
 
 from babelspec.drafters import register
 from babelspec.drafters.base import Draft, Drafter, SparseProbs
-from babelspec.drafters.model import ModelDrafter
+from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
 from babelspec.sampling import SamplingConfig, logits_to_probs, sample
 from babelspec.target import Target
 
@@ -86,11 +86,15 @@ class RestrictedHeadLM(torch.nn.Module):
         return SimpleNamespace(logits=logits, cache=cache)
 
 
-class VocabHeadDrafter(ModelDrafter):
-    """Drafts over the restricted columns; reports sparse distributions in full-vocab ids."""
+class VocabHeadDrafter(SelfDrafter):
+    """Drafts over the restricted columns; reports sparse distributions in full-vocab ids.
 
-    def __init__(self, lm: RestrictedHeadLM, name: str) -> None:
-        super().__init__(lm, name=name)
+    With a ``target`` whose first layers the head's body shares, the prompt's cache is copied
+    from the target (see ``SelfDrafter``); without one the draft prefills itself.
+    """
+
+    def __init__(self, lm: RestrictedHeadLM, name: str, target: Target | None = None) -> None:
+        super().__init__(lm, target, len(lm.body.layers), name=name)
         self.head = lm
         self.vocab_size = lm.vocab_size
 
@@ -131,7 +135,6 @@ class VocabHeadDrafter(ModelDrafter):
 
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str) -> Drafter:
     """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers)."""
-    from babelspec.drafters.selfdraft import num_layers, truncated_model
     from babelspec.models.vocab import language_token_ids
 
     if not lang:
@@ -146,7 +149,7 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     body = target.model
     if k is not None and k < num_layers(target.model):
         body = truncated_model(target.model, k)
-    return VocabHeadDrafter(RestrictedHeadLM(body, ids), name=name)
+    return VocabHeadDrafter(RestrictedHeadLM(body, ids), name=name, target=target)
 
 
 @register("head")

@@ -1,0 +1,335 @@
+"""babelspec against its reference implementation, on the real default model.
+
+* ``equivalence`` -- greedy babelspec (no drafter and each drafter) must produce exactly the
+  tokens of Hugging Face ``generate`` greedy;
+* ``peers`` -- wall-clock: HF ``generate`` plain, HF prompt lookup, HF assisted generation
+  (with the self-draft as assistant), and babelspec with each drafter, on the same prompts,
+  same budget, greedy and sampling. Runs are interleaved (every method on a prompt before the
+  next prompt, the method order rotated per prompt) so that the load of a shared machine hits
+  all methods alike; ratios to HF plain are medians of per-prompt paired ratios.
+* ``drafter_costs`` -- c = draft forward / target forward for each drafter, interleaved.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from babelspec.models.presets import DEFAULT_TARGET
+
+DEFAULT_LANGS = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
+QUICK_LANGS = ("amh", "npi", "yor")
+
+
+def default_drafters(n_layers: int) -> list[str]:
+    """The drafter specs for the default target: self-drafts and restricted heads."""
+    half, two_thirds = n_layers // 3, (2 * n_layers) // 3
+    return [f"self:{half}", f"self:{two_thirds}", "head", f"self:{two_thirds}@"]
+
+
+def drafter_spec_for(spec: str, lang: str) -> str:
+    """Fill the language into specs that take it from the context (``head``, ``self:K@``)."""
+    if spec == "head":
+        return f"head:{lang}"
+    if spec.startswith("self:") and spec.endswith("@"):
+        return spec + lang
+    return spec
+
+
+@dataclass
+class PromptItem:
+    lang: str
+    ids: list[int]
+    text: str
+
+
+def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str = "translation",
+                      seed: int = 0) -> list[PromptItem]:
+    """Prompts of a task (the data layer's templates for base models), ``per_lang`` each."""
+    from babelspec.data.tasks import get_task
+
+    items = []
+    for lang in langs:
+        for prompt in get_task(task).prompts(lang, tokenizer, per_lang, chat=False, seed=seed):
+            items.append(PromptItem(lang, tokenizer(prompt.text)["input_ids"], prompt.text))
+    if not items:
+        raise ValueError(f"no {task} prompts for languages {langs}")
+    return items
+
+
+def _hf_generate(model: torch.nn.Module, ids: list[int], max_new_tokens: int, greedy: bool,
+                 seed: int, **extra: Any) -> list[int]:
+    input_ids = torch.tensor([ids], device=model.device)
+    kwargs: dict[str, Any] = dict(max_new_tokens=max_new_tokens, attention_mask=torch.ones_like(input_ids))
+    if greedy:
+        kwargs.update(do_sample=False, top_k=None, top_p=None, temperature=None)
+    else:
+        torch.manual_seed(seed)
+        kwargs.update(do_sample=True, top_k=100, top_p=0.9, temperature=1.0)
+    with torch.inference_mode():
+        out = model.generate(input_ids, **kwargs, **extra)
+    return out[0, len(ids):].tolist()
+
+
+def _sampling(greedy: bool, seed: int):
+    from babelspec.sampling import SamplingConfig
+
+    # Same warping as the HF runs (top-k 100, top-p 0.9, no penalty: HF's is not windowed).
+    return SamplingConfig(greedy=True) if greedy else SamplingConfig(top_k=100, top_p=0.9, seed=seed)
+
+
+# --- equivalence ----------------------------------------------------------------------------
+
+
+@dataclass
+class EquivalenceReport:
+    prompts: int
+    langs: list[str]
+    drafters: list[str]
+    max_new_tokens: int
+    gamma: int
+    compared: int = 0
+    mismatches: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def all_equal(self) -> bool:
+        return self.compared > 0 and not self.mismatches
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "all_equal": self.all_equal}
+
+
+def equivalence(target: Any, prompts: list[PromptItem], drafters: list[str], *,
+                max_new_tokens: int = 16, gamma: int = 4) -> EquivalenceReport:
+    """Greedy babelspec with each drafter spec against HF ``generate`` greedy, token for token."""
+    from babelspec.drafters import make_drafter
+    from babelspec.engine import generate
+
+    started = time.perf_counter()
+    report = EquivalenceReport(len(prompts), sorted({p.lang for p in prompts}), drafters,
+                               max_new_tokens, gamma)
+    cache: dict[str, Any] = {}
+    for item in prompts:
+        reference = _hf_generate(target.model, item.ids, max_new_tokens, True, 0)
+        for spec in drafters:
+            full = drafter_spec_for(spec, item.lang)
+            drafter = cache.get(full) or cache.setdefault(full, make_drafter(full, target, lang=item.lang))
+            ours = generate(target, drafter, item.ids, gamma=gamma, max_new_tokens=max_new_tokens,
+                            sampling=_sampling(True, 0)).token_ids
+            report.compared += 1
+            if ours != reference:
+                first = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b),
+                             min(len(ours), len(reference)))
+                report.mismatches.append({"lang": item.lang, "drafter": full, "first_diff": first,
+                                          "ours": ours, "hf": reference})
+    report.seconds = round(time.perf_counter() - started, 2)
+    return report
+
+
+# --- forward costs ----------------------------------------------------------------------------
+
+
+def drafter_costs(target: Any, prompt: PromptItem, drafters: list[str], *, repeats: int = 10,
+                  gamma: int = 4) -> dict[str, dict[str, float]]:
+    """c per drafter: median one-token draft forward over the median target forward.
+
+    ``c_decode`` divides by a one-token target forward (plain decoding); ``c_verify`` by a
+    (gamma + 1)-token verification forward, the engine's c. All forwards interleaved.
+    """
+    from babelspec.drafters import make_drafter
+    from babelspec.sampling import SamplingConfig
+
+    made = {spec: make_drafter(drafter_spec_for(spec, prompt.lang), target, lang=prompt.lang)
+            for spec in drafters}
+    for drafter in made.values():
+        drafter.start(prompt.ids, SamplingConfig(greedy=True), torch.Generator())
+    target.prefill(prompt.ids)
+    probe = prompt.ids[-1]
+    times: dict[str, list[float]] = {"target_1": [], "target_verify": [], **{s: [] for s in made}}
+
+    def timed(key: str, lm: Any, ids: list[int], keep: int) -> None:
+        length = lm.cached_len
+        t0 = time.perf_counter()
+        lm.forward(ids, logits_to_keep=keep)
+        times[key].append(time.perf_counter() - t0)
+        lm.crop(length)
+
+    for _ in range(repeats + 1):  # the first round warms up and is dropped
+        timed("target_1", target, [probe], 0)
+        timed("target_verify", target, [probe] * (gamma + 1), 0)
+        for spec, drafter in made.items():
+            timed(spec, drafter.lm, [probe], 1)
+    med = {k: statistics.median(v[1:]) for k, v in times.items()}
+    out = {"target_forward_ms": round(med["target_1"] * 1e3, 2),
+           "target_verify_ms": round(med["target_verify"] * 1e3, 2)}
+    result: dict[str, dict[str, float]] = {"_target": out}
+    for spec in made:
+        result[drafter_spec_for(spec, prompt.lang)] = {
+            "draft_forward_ms": round(med[spec] * 1e3, 2),
+            "c_decode": round(med[spec] / med["target_1"], 3),
+            "c_verify": round(med[spec] / med["target_verify"], 3),
+        }
+    return result
+
+
+# --- peers ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PeersConfig:
+    target: str = DEFAULT_TARGET
+    langs: tuple[str, ...] = DEFAULT_LANGS
+    prompts_per_lang: int = 2
+    max_new_tokens: int = 64
+    gamma: int = 3
+    repeats: int = 1
+    modes: tuple[str, ...] = ("greedy", "sample")
+    drafters: tuple[str, ...] | None = None  # None: default_drafters(n_layers)
+    prompt_lookup_num_tokens: int = 10
+    assistant: str | None = "self:12"  # HF assisted generation with this self-draft; None: skip
+    task: str = "translation"
+    threads: int | None = None
+
+
+def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig, greedy: bool,
+                   seed: int, drafters: dict[str, Any], assistant: Any) -> tuple[list[int], float, dict]:
+    from babelspec.engine import generate
+
+    t0 = time.perf_counter()
+    extra: dict[str, Any] = {}
+    if method == "hf-plain":
+        tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed)
+    elif method == "hf-prompt-lookup":
+        tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed,
+                              prompt_lookup_num_tokens=cfg.prompt_lookup_num_tokens)
+    elif method == "hf-assisted":
+        tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed,
+                              assistant_model=assistant)
+    else:
+        spec = drafter_spec_for(method.removeprefix("babelspec:"), item.lang)
+        result = generate(target, drafters[spec], item.ids, gamma=cfg.gamma,
+                          max_new_tokens=cfg.max_new_tokens, sampling=_sampling(greedy, seed))
+        tokens = result.token_ids
+        extra = {"alpha": result.alpha, "c": result.c,
+                 "mean_accepted_length": result.mean_accepted_length}
+    return tokens, time.perf_counter() - t0, extra
+
+
+def _median(values: list[float]) -> float | None:
+    values = [v for v in values if v == v]
+    return round(statistics.median(values), 4) if values else None
+
+
+def peers(cfg: PeersConfig, progress: bool = True) -> dict:
+    from babelspec.drafters import make_drafter
+    from babelspec.drafters.selfdraft import num_layers, truncated_model
+    from babelspec.models import load_target
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    target = load_target(cfg.target)
+    tokenizer = target.tokenizer
+    specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
+    prompts = benchmark_prompts(tokenizer, list(cfg.langs), cfg.prompts_per_lang, cfg.task)
+    drafters: dict[str, Any] = {"none": make_drafter("none", target)}
+    for item in prompts:
+        for spec in specs:
+            full = drafter_spec_for(spec, item.lang)
+            if full not in drafters:
+                drafters[full] = make_drafter(full, target, lang=item.lang)
+    assistant = None
+    methods = ["hf-plain", "hf-prompt-lookup"]
+    if cfg.assistant:
+        assistant = truncated_model(target.model, int(cfg.assistant.removeprefix("self:")))
+        methods.append("hf-assisted")
+    methods += ["babelspec:none"] + [f"babelspec:{s}" for s in specs]
+
+    records: list[dict] = []
+    started = time.perf_counter()
+    # Warm-up: one short run of every method (first-call allocations, lazy inits).
+    warm = PromptItem(prompts[0].lang, prompts[0].ids, prompts[0].text)
+    short = PeersConfig(**{**asdict(cfg), "max_new_tokens": 4})
+    for method in methods:
+        _method_runner(target, method, warm, short, True, 0, drafters, assistant)
+    total = len(cfg.modes) * cfg.repeats * len(prompts) * len(methods)
+    done = 0
+    for mode in cfg.modes:
+        greedy = mode == "greedy"
+        for rep in range(cfg.repeats):
+            for p_index, item in enumerate(prompts):
+                shift = (p_index + rep) % len(methods)
+                for method in methods[shift:] + methods[:shift]:  # rotate the order
+                    seed = 1000 * rep + p_index
+                    tokens, seconds, extra = _method_runner(target, method, item, cfg, greedy, seed,
+                                                            drafters, assistant)
+                    text = tokenizer.decode(tokens, skip_special_tokens=True)
+                    records.append({"mode": mode, "rep": rep, "prompt": p_index, "lang": item.lang,
+                                    "method": method, "tokens": len(tokens), "chars": len(text),
+                                    "seconds": seconds, "first_tokens": tokens[:8], **extra})
+                    done += 1
+                    if progress:
+                        import sys
+
+                        print(f"[{done}/{total}] {mode} {item.lang} {method}: {len(tokens)} tok "
+                              f"{seconds:.2f} s", file=sys.stderr, flush=True)
+    return summarise(records, cfg, methods, prompts, time.perf_counter() - started)
+
+
+def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts: list[PromptItem],
+              seconds: float) -> dict:
+    """Medians per mode x method (and per language), ratios to HF plain from paired runs."""
+    out: dict[str, Any] = {
+        "benchmark": "peers", "target": cfg.target, "task": cfg.task, "gamma": cfg.gamma,
+        "max_new_tokens": cfg.max_new_tokens, "langs": list(cfg.langs),
+        "prompts": len(prompts), "repeats": cfg.repeats, "threads": torch.get_num_threads(),
+        "wall_seconds": round(seconds, 1), "modes": {},
+    }
+    key = lambda r: (r["mode"], r["rep"], r["prompt"])  # noqa: E731
+    base = {key(r): r for r in records if r["method"] == "hf-plain"}
+    for mode in cfg.modes:
+        rows = [r for r in records if r["mode"] == mode]
+        table: dict[str, Any] = {}
+        for method in methods:
+            mine = [r for r in rows if r["method"] == method]
+            tps = [r["tokens"] / r["seconds"] for r in mine]
+            cps = [r["chars"] / r["seconds"] for r in mine]
+            ratios = []
+            for r in mine:
+                b = base[key(r)]
+                ratios.append((r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]))
+            entry = {
+                "tokens_per_s": _median(tps), "chars_per_s": _median(cps),
+                "ratio_to_hf_plain": _median(ratios),
+                "ratio_to_hf_plain_chars": _median(
+                    [(r["chars"] / r["seconds"]) / max(base[key(r)]["chars"] / base[key(r)]["seconds"], 1e-9)
+                     for r in mine]),
+                "per_lang_ratio": {lang: _median([x for x, r in zip(ratios, mine) if r["lang"] == lang])
+                                   for lang in cfg.langs},
+            }
+            if mine and "alpha" in mine[0]:
+                entry["alpha"] = _median([r["alpha"] for r in mine])
+                entry["c"] = _median([r["c"] for r in mine])
+                entry["mean_accepted_length"] = _median([r["mean_accepted_length"] for r in mine])
+            table[method] = entry
+        drafted = [m for m in methods if m.startswith("babelspec:") and m != "babelspec:none"]
+        best = {}
+        for lang in cfg.langs:
+            scores = {m: table[m]["per_lang_ratio"].get(lang) for m in drafted}
+            scores = {m: s for m, s in scores.items() if s is not None}
+            if scores:
+                top = max(scores, key=scores.get)
+                lookup = table["hf-prompt-lookup"]["per_lang_ratio"].get(lang)
+                best[lang] = {"best": top, "ratio": scores[top], "hf_prompt_lookup": lookup,
+                              "beats_prompt_lookup": lookup is not None and scores[top] > lookup}
+        table["_best_drafter_per_lang"] = best
+        out["modes"][mode] = table
+    none_ratios = [out["modes"][m]["babelspec:none"]["ratio_to_hf_plain"] for m in cfg.modes]
+    out["goal_none_ratio_ge_0.95"] = all(r is not None and r >= 0.95 for r in none_ratios)
+    out["goal_best_beats_prompt_lookup_every_lang"] = all(
+        v["beats_prompt_lookup"] for m in cfg.modes for v in out["modes"][m]["_best_drafter_per_lang"].values())
+    return out
