@@ -172,6 +172,25 @@ def corpus_texts(lang: str, split: str = "train", max_chars: int = 400_000) -> l
     return texts
 
 
+def english_texts(max_chars: int = 400_000) -> list[str]:
+    """The English side of the bundled parallel train splits (empty if none)."""
+    from babelspec.data import corpus  # type: ignore
+    from babelspec.experiments.config import PAPER_LANGUAGES
+
+    texts, total = [], 0
+    for lang in PAPER_LANGUAGES:
+        try:
+            pairs = corpus.parallel(lang, "train")
+        except Exception:  # noqa: BLE001
+            continue
+        for en, _ in pairs[:2000]:
+            texts.append(en)
+            total += len(en)
+        if total >= max_chars:
+            break
+    return list(dict.fromkeys(texts))
+
+
 class OutputChecker:
     """Checks generated texts; ``classifier`` may be None (script check only)."""
 
@@ -200,6 +219,9 @@ class OutputChecker:
                 texts[lang] = corpus_texts(lang)
             except Exception:  # noqa: BLE001 - a language with no bundled text is left out
                 texts[lang] = []
+        # English too (the English side of the parallel data): a base model drifting into
+        # English is the most common way to leave the requested language.
+        texts["eng"] = english_texts()
         classifier = CharNgramClassifier().fit(texts) if any(texts.values()) else None
         return cls(classifier, **kwargs)
 

@@ -276,6 +276,9 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "the paper's Qwen3.5 / Llama models (no weights offline).",
     ]
     blocks.append(Bullets(caveats))
+    est = full_profile_estimate(a)
+    if est:
+        blocks.append(Paragraph(est))
     skips = a.get("skips", [])
     if skips:
         blocks.append(Heading("Settings skipped", 3))
@@ -287,6 +290,31 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         + f". Report written {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC."
     ))
     return blocks
+
+
+def full_profile_estimate(a: dict[str, Any]) -> str:
+    """The full profile's runtime extrapolated from this run's measured seconds per token."""
+    try:
+        from babelspec.experiments.config import load_config
+
+        full = load_config(profile="full")
+    except ValueError:
+        return ""
+    per_token = [s["seconds_per_token"] for s in a["settings"]
+                 if isinstance(s.get("seconds_per_token"), (int, float)) and math.isfinite(s["seconds_per_token"])]  # fmt: skip
+    if not per_token:
+        return ""
+    mean_s = sum(per_token) / len(per_token)
+    gens = sum(
+        len(full.tasks) * full.prompts_per_cell * len(full.seeds)
+        * (int(full.baseline) + len(full.settings_for(lang)) * len(full.gammas))
+        for lang in full.languages
+    )  # fmt: skip
+    hours = gens * full.max_new_tokens * mean_s / 3600
+    return (f"Runtime: this run decoded for {_f(a['wall_seconds_total'] / 60, 1)} min. The full profile "
+            f"(configs/full.toml: {gens} generations of up to {full.max_new_tokens} tokens) would take "
+            f"about {hours:.0f} h of decoding at this run's mean {mean_s * 1e3:.0f} ms per token "
+            f"(an upper bound where generations stop early; distillation time not included).")
 
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
