@@ -3,8 +3,9 @@
 Specs: ``none``, ``model:PATH_OR_PRESET`` and the forms registered by the other modules
 (``ngram:FILE``, ``self:K``, ``distilled:DIR``, ``auto``). ``self:K`` drafts with the target's
 first K layers; ``head:LANG`` with all its layers under an output head restricted to LANG's
-corpus tokens; ``self:K@LANG`` combines the two (``head`` / ``self:K@`` take ``lang=...``). A new drafter is a module with a
-factory decorated by ``@register("prefix")`` and one import line below.
+corpus tokens; ``self:K@LANG`` combines the two (``head`` / ``self:K@`` take ``lang=...``).
+A new drafter is a module with a factory decorated by ``@register("prefix")`` and one
+import line below.
 """
 
 from __future__ import annotations
