@@ -170,8 +170,10 @@ def run_experiment(
     artifacts = _artifact_root(cfg, out)
     # 1. Prepare every drafter setting for every language (train n-grams, distil, ...).
     specs: dict[tuple[str, str], str] = {}
+    stage_seconds = dict(store.meta().get("stage_seconds", {}))
     for lang in cfg.languages:
         for setting in cfg.settings_for(lang):
+            t_prep = time.perf_counter()
             try:
                 if setting.prepared:
                     req = PrepareRequest(setting, lang, cfg.target, target,
@@ -183,6 +185,9 @@ def run_experiment(
             except DrafterUnavailable as exc:
                 log(f"skipping {setting.name} for {lang}: {exc}")
                 store.add_skip(setting.name, lang, str(exc))
+            if setting.prepared:
+                key = f"prepare {setting.name} {lang}"
+                stage_seconds[key] = stage_seconds.get(key, 0.0) + time.perf_counter() - t_prep
     store.set_meta("specs", {f"{d}|{lang}": s for (d, lang), s in specs.items()})
     store.set_meta("trained_on", {s.name: s.trained_on for s in cfg.drafters})
 
@@ -205,6 +210,7 @@ def run_experiment(
     prompts: dict[tuple[str, str], list[Prompt]] = {}
     ver = versions()
     bar = _progress(len(items), summary.done_before, progress)
+    t_stage = time.perf_counter()
     try:
         for it in todo:
             key = (it.language, it.task)
@@ -246,12 +252,17 @@ def run_experiment(
             bar.set_postfix_str(f"{it.language}/{it.task}/{it.drafter}/g{it.gamma}", refresh=False)
     finally:
         bar.close()
+        stage_seconds["grid"] = stage_seconds.get("grid", 0.0) + time.perf_counter() - t_stage
+        store.set_meta("stage_seconds", stage_seconds)
 
     # 3. Divergence on held-out text, per language and setting.
     if cfg.divergence.enabled:
         drafters.clear()
         gc.collect()
+        t_stage = time.perf_counter()
         _divergence(cfg, store, target, specs, log)
+        stage_seconds["divergence"] = stage_seconds.get("divergence", 0.0) + time.perf_counter() - t_stage
+        store.set_meta("stage_seconds", stage_seconds)
 
     summary.skipped = store.skips()
     summary.specs = specs

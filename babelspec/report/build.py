@@ -275,7 +275,19 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "construction, so quality does not depend on the drafter); GPU timings; batch sizes above 1; "
         "the paper's Qwen3.5 / Llama models (no weights offline).",
     ]
+    kinds = {d.get("kind") or d.get("spec", "").partition(":")[0] for d in cfg.get("drafters", [])}
+    missing = [label for kind, label in (("ngram", "n-gram drafters"),
+               ("distilled", "distilled drafters (task and general KD; the cross-task matrix "
+                "then has no drafter fitted to a task)"))
+               if cfg and kind not in kinds]  # fmt: skip
+    if missing:
+        caveats.append("Not in this run's config: " + "; ".join(missing)
+                       + ". configs/full.toml has them.")
     blocks.append(Bullets(caveats))
+    stages = meta.get("stage_seconds", {})
+    if stages:
+        blocks.append(Paragraph("Wall time per stage (all sessions of this run): " + "; ".join(
+            f"{k} {v / 60:.1f} min" for k, v in stages.items()) + "."))
     est = full_profile_estimate(a)
     if est:
         blocks.append(Paragraph(est))

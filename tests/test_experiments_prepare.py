@@ -1,0 +1,65 @@
+"""Drafters the runner trains itself (a distilled student), and a setting it must skip.
+
+A real run on a tiny random Gemma-3: the runner distils a task-mode student through
+``babelspec.distill``, runs it on both tasks, marks translation in-task and stories held-out
+in the cross-task matrix, and skips a drafter it cannot build, with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+from babelspec.experiments.analysis import analyse, open_store
+from babelspec.experiments.config import load_config
+from babelspec.experiments.runner import run_experiment
+from babelspec.report import build_report
+from experiments_fixtures import tiny_model_dir
+
+
+def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path):
+    tiny_model_dir(tmp_path / "model")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(textwrap.dedent("""
+        name = "prep"
+        target = "model"
+        languages = ["yor"]
+        tasks = ["translation", "story"]
+        gammas = [2]
+        prompts_per_cell = 2
+        max_new_tokens = 4
+
+        [divergence]
+        enabled = false
+
+        [[drafters]]
+        name = "distill-task"
+        kind = "distilled"
+        mode = "task"
+        student = "self:1,head=corpus"
+        train = { steps = 2, batch_size = 1, grad_accum = 1, checkpoint_every = 1 }
+        data = { max_examples = 2, max_new_tokens = 4, shard_size = 2 }
+        eval = { prompts = 1, max_new_tokens = 4 }
+
+        [[drafters]]
+        name = "missing-model"
+        spec = "model:does-not-exist"
+    """))
+    out = tmp_path / "run"
+    summary = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
+    spec = summary.specs[("distill-task", "yor")]
+    assert spec.startswith("distilled:") and (out / "artifacts" / "distilled").is_dir()
+    assert summary.generated == 2 * 2 * 2  # (plain + distilled) x 2 tasks x 2 prompts
+    [(drafter, lang, reason)] = summary.skipped
+    assert (drafter, lang) == ("missing-model", "yor") and "cannot build" in reason
+
+    store = open_store(out)
+    a = analyse(store)
+    store.close()
+    matrix = a["cross_task"]["distill-task"]
+    assert matrix["translation"]["in_task"] == 1.0 and matrix["story"]["in_task"] == 0.0
+    md = build_report(out)["markdown"].read_text()
+    assert "missing-model" in md and "cannot build" in md
+
+    # rerunning a finished run trains nothing again and generates nothing
+    again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
+    assert again.generated == 0 and again.done_before == 8
