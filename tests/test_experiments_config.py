@@ -63,3 +63,18 @@ def test_bad_files_and_profiles(tmp_path):
         load_config(profile="huge")
     with pytest.raises(ConfigError, match="either a config file or a profile"):
         load_config(bad, profile="quick")
+
+
+def test_run_cli_rejects_a_bad_config_before_loading_anything(tmp_path):
+    from typer.testing import CliRunner
+
+    from babelspec.cli import app
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('languages = ["amh", "xx"]\n')
+    res = CliRunner().invoke(app, ["run", "--config", str(bad), "-o", str(tmp_path / "run")])
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code == 2 and "unknown language 'xx'" in flat
+    res = CliRunner().invoke(app, ["run", "--profile", "huge", "-o", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "unknown profile" in " ".join(res.output.replace("│", " ").split())
+    assert not (tmp_path / "run").exists()
