@@ -168,7 +168,7 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
 
         def make(start: int, stop: int) -> list[Example]:
             return tmod.task_examples(teacher.model, teacher.tokenizer, items[start:stop], d.k,
-                                      d.max_new_tokens, dtype)
+                                      d.max_new_tokens, dtype, teacher.eos_ids)
     else:
         meta["max_tokens"] = d.max_tokens
         bos = teacher.tokenizer.bos_token_id
@@ -215,15 +215,17 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
         topk, warped = [], []
         for i in tqdm(range(len(items)), desc=f"held-out {task}", unit="ex", disable=not progress):
             prompt = list(items[i].prompt_ids)
-            response = tmod.sampled_response(teacher.model, prompt, sampling, e.max_new_tokens,
-                                             teacher.eos_ids, seed=e.seed + i,
-                                             stop_strings=items[i].stop_strings,
-                                             tokenizer=teacher.tokenizer)
-            if not response:
+            dec = tmod.teacher_decode(teacher.model, prompt, sampling, e.max_new_tokens,
+                                      teacher.eos_ids, seed=e.seed + i,
+                                      stop_strings=items[i].stop_strings,
+                                      tokenizer=teacher.tokenizer, k=config.data.k, warp=sampling)
+            if not dec.tokens:
                 continue
-            ids = prompt + response
-            topk.append(tmod.score_topk(teacher.model, ids, len(prompt), config.data.k, np.float32))
-            warped.append(tmod.warped_targets(teacher.model, ids, len(prompt), sampling))
+            ids = np.asarray(prompt + dec.tokens, dtype=np.int32)
+            mask = np.zeros(ids.size, dtype=bool)
+            mask[len(prompt):] = True
+            topk.append(Example(ids, mask, dec.topk_ids, dec.topk_logp.astype(np.float32)))
+            warped.append(Example(ids, mask, dec.warped_ids, dec.warped_probs))
         # Both caches come from the one pass over the sampled responses.
         for name, examples, values in (("topk", topk, "logp"), ("warped", warped, "prob")):
             cache = TopKCache(caches[name], {**meta, "values": values})

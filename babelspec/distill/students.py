@@ -34,7 +34,7 @@ class StudentSpecError(ValueError):
     """A student spec that cannot be parsed or built; the message lists the forms."""
 
 
-SPEC_HELP = "student specs: self:K, self:K,head=corpus, model:PATH_OR_PRESET"
+SPEC_HELP = "student specs: self:K, self:K,head=corpus (or self:K@LANG), model:PATH_OR_PRESET"
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class StudentSpec:
     def parse(cls, spec: str) -> "StudentSpec":
         prefix, _, arg = spec.partition(":")
         if prefix == "self":
+            if "@" in arg:  # the drafter spelling self:K@LANG: the language comes from --lang
+                arg = arg.split("@")[0] + ",head=corpus"
             layer_text, *options = arg.split(",")
             try:
                 layers = int(layer_text)

@@ -90,15 +90,29 @@ def _cut_at_stop(tokenizer, ids: list[int], stop_strings: Sequence[str]) -> list
 
 
 def task_examples(model: nn.Module, tokenizer, items: Sequence[PromptItem], k: int,
-                  max_new_tokens: int, logp_dtype: np.dtype = np.float16) -> list[Example]:
-    """Task-mode examples: teacher greedy responses to the prompts, then their top-k."""
+                  max_new_tokens: int, logp_dtype: np.dtype = np.float16,
+                  eos_token_ids: Sequence[int] | None = None) -> list[Example]:
+    """Task-mode examples: the teacher's greedy responses to the prompts, with its top-k at
+    every response token taken from the decoding pass itself."""
+    if eos_token_ids is None:
+        eos = getattr(model.generation_config, "eos_token_id", None)
+        eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
     examples = []
     for item in items:
-        response = greedy_response(model, tokenizer, item, max_new_tokens)
+        dec = teacher_decode(model, item.prompt_ids, SamplingConfig(greedy=True), max_new_tokens,
+                             eos_token_ids, stop_strings=item.stop_strings, tokenizer=tokenizer,
+                             k=k)
+        response = dec.tokens
+        if item.stop_strings and tokenizer is not None and response:
+            response = _cut_at_stop(tokenizer, response, item.stop_strings)
         if not response:
             continue  # the teacher stopped at once: nothing to learn from this prompt
         ids = list(item.prompt_ids) + response
-        examples.append(score_topk(model, ids, len(item.prompt_ids), k, logp_dtype))
+        mask = np.zeros(len(ids), dtype=bool)
+        mask[len(item.prompt_ids):] = True
+        examples.append(Example(ids=np.asarray(ids, dtype=np.int32), mask=mask,
+                                topk_ids=dec.topk_ids[: len(response)],
+                                topk_values=dec.topk_logp[: len(response)].astype(logp_dtype)))
     return examples
 
 
@@ -155,29 +169,56 @@ def warped_targets(model: nn.Module, ids: Sequence[int], response_start: int,
                    topk_values=values.cpu().numpy().astype(np.float32))
 
 
+@dataclass
+class Decoded:
+    """A teacher response and, for each of its tokens, what the teacher said at that step."""
+
+    tokens: list[int]
+    topk_ids: np.ndarray | None = None  # [R, k] int32: top-k of the raw log-softmax
+    topk_logp: np.ndarray | None = None  # [R, k]
+    warped_ids: np.ndarray | None = None  # [R, m] int32: support of the warped distribution
+    warped_probs: np.ndarray | None = None  # [R, m] float32
+
+
 @torch.inference_mode()
-def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: SamplingConfig,
-                     max_new_tokens: int, eos_token_ids: Sequence[int] = (),
-                     seed: int = 0, stop_strings: Sequence[str] = (),
-                     tokenizer=None) -> list[int]:
-    """A response sampled from the teacher under ``sampling`` (the text the drafter will face at
-    decoding time), with babelspec's own warping so that it matches the engine exactly. Stops
-    at EOS (not included) or once the decoded response contains a stop string."""
-    device = _device(model)
-    generator = torch.Generator().manual_seed(seed)
+def teacher_decode(model: nn.Module, prompt_ids: Sequence[int], sampling: SamplingConfig,
+                   max_new_tokens: int, eos_token_ids: Sequence[int] = (), seed: int = 0,
+                   stop_strings: Sequence[str] = (), tokenizer=None, k: int = 0,
+                   warp: SamplingConfig | None = None) -> Decoded:
+    """Decode from the teacher under ``sampling`` with a KV cache (babelspec's own warping, so
+    the text matches the engine's), stopping at EOS (not included) or once the response
+    contains a stop string. With ``k`` it also keeps each step's top-k log-probs, and with
+    ``warp`` each step's distribution under those decoding settings: one pass gives the
+    response and its teacher targets, with no second forward over the sequence."""
     from transformers import DynamicCache
 
+    device = _device(model)
+    generator = torch.Generator().manual_seed(seed)
     cache = DynamicCache(config=model.config)
     seq = torch.tensor(list(prompt_ids), dtype=torch.long)
     logits = model(input_ids=seq.view(1, -1).to(device), cache=cache, use_cache=True,
-                   logits_to_keep=1).logits[0, -1:]
+                   logits_to_keep=1).logits[0, -1:].float().cpu()
     out: list[int] = []
+    topk_i, topk_v, warp_i, warp_p = [], [], [], []
+    support = 1 if warp is None or warp.greedy else (warp.top_k or logits.shape[-1])
     for _ in range(max_new_tokens):
-        probs = logits_to_probs(logits.float().cpu(), sampling, sequence=seq,
-                                first_position=len(seq))
-        tok = int(torch.multinomial(probs[0], 1, generator=generator))
+        probs = logits_to_probs(logits, sampling, sequence=seq, first_position=len(seq))
+        if sampling.greedy:
+            tok = int(probs[0].argmax())
+        else:
+            tok = int(torch.multinomial(probs[0], 1, generator=generator))
         if tok in eos_token_ids:
             break
+        if k:
+            values, indices = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)
+            topk_i.append(indices)
+            topk_v.append(values)
+        if warp is not None:
+            wp = probs if warp == sampling else logits_to_probs(
+                logits, warp, sequence=seq, first_position=len(seq))
+            values, indices = wp.topk(min(support, wp.shape[-1]), dim=-1)
+            warp_i.append(indices)
+            warp_p.append(values)
         out.append(tok)
         if stop_strings and tokenizer is not None:
             text = tokenizer.decode(out[-16:])
@@ -185,8 +226,23 @@ def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: Samp
                 break
         seq = torch.cat([seq, torch.tensor([tok])])
         logits = model(input_ids=torch.tensor([[tok]], device=device), cache=cache,
-                       use_cache=True).logits[0, -1:]
-    return out
+                       use_cache=True).logits[0, -1:].float().cpu()
+    result = Decoded(tokens=out)
+    if k and out:
+        result.topk_ids = torch.cat(topk_i).numpy().astype(np.int32)
+        result.topk_logp = torch.cat(topk_v).numpy()
+    if warp is not None and out:
+        result.warped_ids = torch.cat(warp_i).numpy().astype(np.int32)
+        result.warped_probs = torch.cat(warp_p).numpy().astype(np.float32)
+    return result
+
+
+def sampled_response(model: nn.Module, prompt_ids: Sequence[int], sampling: SamplingConfig,
+                     max_new_tokens: int, eos_token_ids: Sequence[int] = (), seed: int = 0,
+                     stop_strings: Sequence[str] = (), tokenizer=None) -> list[int]:
+    """Just the tokens of :func:`teacher_decode`."""
+    return teacher_decode(model, prompt_ids, sampling, max_new_tokens, eos_token_ids, seed,
+                          stop_strings, tokenizer).tokens
 
 
 ProgressFn = Callable[[int], None]
