@@ -94,7 +94,8 @@ class SelfDrafter(ModelDrafter):
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         target = self.target
         # The engine prefills the target with context[:-1] right before starting the drafter.
-        if target is not None and len(context_ids) > 1 and target.cached_len == len(context_ids) - 1 and target.croppable:
+        can_copy = target is not None and target.croppable
+        if can_copy and len(context_ids) > 1 and target.cached_len == len(context_ids) - 1:
             self.sampling, self.generator = sampling, generator
             self.ids = list(context_ids)
             self.drafted = []

@@ -35,8 +35,8 @@ def bench_peers(
                                            "'head' and 'self:K@' take each prompt's language)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
-    task: str = typer.Option("translation", help="Prompt task: translation or story."),
-    quick: bool = typer.Option(False, "--quick", help="3 languages, 1 prompt each, 32 tokens: a few minutes."),
+    task: str = typer.Option("translation", help="Prompts: translation, story or prefix (short in-language text)."),
+    quick: bool = typer.Option(False, "--quick", help="3 languages, 1 prompt each, 32 tokens, no HF assisted run: a few minutes."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
@@ -51,7 +51,7 @@ def bench_peers(
     if assistant != "none" and not assistant.removeprefix("self:").isdigit():
         raise typer.BadParameter(f"--assistant must be self:K or none, got {assistant!r}")
     if quick:
-        prompts_per_lang, max_new_tokens = 1, min(max_new_tokens, 32)
+        prompts_per_lang, max_new_tokens, assistant = 1, min(max_new_tokens, 32), "none"
     cfg = PeersConfig(
         target=target,
         langs=_langs(langs, QUICK_LANGS if quick else DEFAULT_LANGS),
@@ -84,7 +84,7 @@ def bench_equivalence(
     max_new_tokens: int = typer.Option(16, help="Tokens generated per prompt."),
     gamma: int = typer.Option(4, help="Tokens drafted per step."),
     drafters: str = typer.Option("none,self:6,self:12,head,self:12@", help="Comma-separated drafter specs."),
-    task: str = typer.Option("translation", help="Prompt task: translation or story."),
+    task: str = typer.Option("prefix", help="Prompts: prefix (short in-language text), translation or story."),
     costs: bool = typer.Option(True, help="Also measure c (draft / target forward) per drafter."),
 ) -> None:
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""

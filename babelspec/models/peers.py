@@ -23,6 +23,7 @@ from babelspec.models.presets import DEFAULT_TARGET
 
 DEFAULT_LANGS = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
 QUICK_LANGS = ("amh", "npi", "yor")
+PREFIX_WORDS = 12
 
 
 def default_drafters(n_layers: int) -> list[str]:
@@ -49,10 +50,22 @@ class PromptItem:
 
 def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str = "translation",
                       seed: int = 0) -> list[PromptItem]:
-    """Prompts of a task (the data layer's templates for base models), ``per_lang`` each."""
+    """Prompts of a task (the data layer's templates for base models), ``per_lang`` each.
+
+    ``task="prefix"`` gives short in-language prompts instead: the first ``PREFIX_WORDS``
+    words of monolingual test texts, for checks whose cost should be decoding, not prefill.
+    """
     from babelspec.data.tasks import get_task
 
     items = []
+    if task == "prefix":
+        from babelspec.data.corpus import monolingual
+
+        for lang in langs:
+            for text in monolingual(lang, "test")[:per_lang]:
+                text = " ".join(text.split()[:PREFIX_WORDS])
+                items.append(PromptItem(lang, tokenizer(text)["input_ids"], text))
+        return items
     for lang in langs:
         for prompt in get_task(task).prompts(lang, tokenizer, per_lang, chat=False, seed=seed):
             items.append(PromptItem(lang, tokenizer(prompt.text)["input_ids"], prompt.text))

