@@ -59,6 +59,7 @@ def _load_builtin_drafters() -> None:
     import babelspec.drafters.selfdraft  # noqa: F401
     import babelspec.drafters.vocabhead  # noqa: F401
     import babelspec.drafters.ngram  # noqa: F401
+    import babelspec.drafters.distilled  # noqa: F401
 
 
 __all__ = ["Draft", "Drafter", "NoDrafter", "SparseProbs", "make_drafter", "register"]
