@@ -83,3 +83,15 @@ def test_loop_free_speedup_leaves_looping_pairs_out():
     assert s.speedup == pytest.approx(1.0) and s.n_pairs == 3
     assert s.speedup_loop_free == pytest.approx(1.0) and s.n_pairs_loop_free == 2
     assert s.loop_rate == pytest.approx(1 / 3)
+
+
+def test_verification_cost_enters_the_corrected_f():
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(2)]
+    rows += [record("amh", "story", "ng", 3, p, wall=2.0, alpha=0.5, c=0.1) for p in range(2)]
+    for r in rows:  # verification of 4 tokens costs twice a plain step
+        r.target_forward_seconds = [0.02] * 3 if r.drafter == "ng" else [0.01] * 3
+    [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
+    assert s.verify_cost == pytest.approx(2.0)
+    c_plain = s.draft_forward_ms / 10.0
+    assert s.f_verify == pytest.approx((1 - 0.5**4) / (0.5 * (3 * c_plain + 2.0)))
+    assert s.f_verify < s.theoretical_f

@@ -62,6 +62,10 @@ class SettingStats:
     langid_agreement: float = math.nan  # share where py3langid agreed (covered languages only)
     draft_forward_ms: float = math.nan  # median draft forward
     target_forward_ms: float = math.nan  # median target forward
+    # Median verification forward (g + 1 tokens) over the median plain decode step: f assumes 1,
+    # on a CPU with a 262k-row output head it is more. f_verify uses it in place of that 1.
+    verify_cost: float = math.nan
+    f_verify: float = math.nan
     acceptance_by_draft_position: list[float] = field(default_factory=list)
     acceptance_by_output_position: list[float] = field(default_factory=list)
 
@@ -170,6 +174,16 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
         s.draft_forward_ms = _median(dfw) * 1e3 if dfw else math.nan
         s.target_forward_ms = _median(tfw) * 1e3 if tfw else math.nan
         out.append(s)
+    plain_ms = {(s.language, s.task): s.target_forward_ms for s in out if s.drafter == BASELINE}
+    for s in out:
+        base = plain_ms.get((s.language, s.task), math.nan)
+        if s.drafter != BASELINE and math.isfinite(base) and base > 0 and math.isfinite(s.target_forward_ms):
+            s.verify_cost = s.target_forward_ms / base
+            if math.isfinite(s.draft_forward_ms) and math.isfinite(s.alpha_mean):
+                c_plain = s.draft_forward_ms / base  # draft forward in units of a plain step
+                a, g = s.alpha_mean, s.gamma
+                gain = (g + 1) if a >= 1.0 - 1e-12 else (1 - a ** (g + 1)) / (1 - a)
+                s.f_verify = gain / (g * c_plain + s.verify_cost)
     return out
 
 

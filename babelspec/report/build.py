@@ -150,14 +150,18 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     # --- full table ---
     blocks.append(Heading("Every cell (language × task × drafter × γ)"))
     blocks.append(Table(
-        ["lang", "task", "drafter", "γ", "n", "α mean ± std", "c", "f", "speedup", "loop-free",
+        ["lang", "task", "drafter", "γ", "n", "α mean ± std", "c", "f", "verify cost", "f (verify cost)", "speedup", "loop-free",
          "ms/token", "ms/char", "in language", "looping", "lang-ID agrees"],
         [[s["language"], s["task"], s["drafter"], str(s["gamma"]), str(s["n"]),
           _pm(s["alpha_mean"], s["alpha_std"]), _f(s["c"], 3), _f(s["theoretical_f"], suffix="x"),
+          _f(s.get("verify_cost"), 2), _f(s.get("f_verify"), suffix="x"),
           _f(s["speedup"], suffix="x"), _f(s["speedup_loop_free"], suffix="x"),
           _ms(s["seconds_per_token"]), _ms(s["seconds_per_char"]),
           _pct(s["in_language_rate"]), _pct(s["loop_rate"]), _pct(s["langid_agreement"])] for s in settings],
         caption="c = median over generations of (mean draft forward / mean target forward). "
+        "Verify cost = median verification forward (γ + 1 tokens) over the median plain decode "
+        "step; the paper's f assumes it is 1, f (verify cost) puts the measured value in its place "
+        "(f' = (1 − α^(γ+1)) / ((1 − α)(γ c' + v)), c' = draft forward over a plain step). "
         "In language: script check and the character n-gram classifier trained on the bundled "
         "corpora agree; lang-ID: py3langid where it covers the language (amh, npi, oci, que). "
         "Looping: repeated word 4-gram ratio ≥ the configured threshold.",
