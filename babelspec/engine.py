@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, SparseProbs
-from babelspec.sampling import SamplingConfig, logits_to_probs, residual, sample
+from babelspec.sampling import SamplingConfig, Warped, residual, sample, warp
 from babelspec.target import Target
 
 
@@ -123,17 +123,19 @@ def validate_request(
 
 
 def accept_or_reject(
-    q: torch.Tensor, draft: Draft, generator: torch.Generator
+    q: Warped | torch.Tensor, draft: Draft, generator: torch.Generator
 ) -> tuple[int, int]:
-    """Judge the drafted tokens against target probabilities ``q`` [k+1, V].
+    """Judge the drafted tokens against the target's distributions ``q`` (k + 1 rows).
 
     Returns (number accepted, next token): the correction after a rejection, else a bonus
     token from the last row. Lossless for any draft distribution the tokens were drawn from.
     """
+    if isinstance(q, torch.Tensor):
+        q = Warped(q, None, q.shape[1])
     k = len(draft)
     if k:
         tokens = draft.tokens
-        q_tok = q[torch.arange(k), tokens]  # q: target prob of each drafted token
+        q_tok = q.prob_of(tokens)  # q: target prob of each drafted token
         if draft.probs is None:  # point mass: p(x) = 1, so accept with prob q(x)
             p_tok = torch.ones(k)
         elif isinstance(draft.probs, SparseProbs):
@@ -145,16 +147,15 @@ def accept_or_reject(
         rejected = (u * p_tok >= q_tok).nonzero()
         if len(rejected):
             n = int(rejected[0, 0])
-            vocab = q.shape[1]
             if draft.probs is None:
-                p_row = torch.zeros(vocab)
+                p_row = torch.zeros(q.vocab_size)
                 p_row[tokens[n]] = 1.0
             elif isinstance(draft.probs, SparseProbs):
-                p_row = draft.probs.dense_row(n, vocab)
+                p_row = draft.probs.dense_row(n, q.vocab_size)
             else:
                 p_row = draft.probs[n].float()
-            return n, int(sample(residual(q[n], p_row)[None], generator)[0])
-    return k, int(sample(q[k : k + 1], generator)[0])
+            return n, int(sample(residual(q.dense_row(n), p_row)[None], generator)[0])
+    return k, int(q.sample(generator, slice(k, k + 1))[0])
 
 
 def generate(
@@ -204,7 +205,7 @@ def generate(
         drafted = draft.tokens.tolist()
         seq[length : length + k] = draft.tokens
         logits = target.verify([int(seq[length - 1])] + drafted)
-        q = logits_to_probs(logits, sampling, seq, first_position=length)
+        q = warp(logits, sampling, seq, first_position=length)
         n, next_token = accept_or_reject(q, draft, generator)
 
         new_tokens = drafted[:n] + [next_token]

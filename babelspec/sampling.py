@@ -72,40 +72,92 @@ def apply_repetition_penalty(
     return logits.scatter(1, window_ids, picked)
 
 
-def logits_to_probs(
+@dataclass
+class Warped:
+    """Warped distributions, rows [n]: compact (``indices`` [n, m] with ``probs`` [n, m]) when
+    top-k or greedy decoding leaves few candidates, else dense (``indices`` None, probs [n, V]).
+
+    The compact form keeps the hot path off the full vocabulary (262k entries for Gemma-3)."""
+
+    probs: torch.Tensor
+    indices: torch.Tensor | None
+    vocab_size: int
+
+    def dense(self) -> torch.Tensor:
+        if self.indices is None:
+            return self.probs
+        out = torch.zeros(self.probs.shape[0], self.vocab_size, dtype=self.probs.dtype)
+        return out.scatter_(1, self.indices, self.probs)
+
+    def dense_row(self, i: int) -> torch.Tensor:
+        if self.indices is None:
+            return self.probs[i]
+        return torch.zeros(self.vocab_size, dtype=self.probs.dtype).index_put_(
+            (self.indices[i],), self.probs[i], accumulate=True)
+
+    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Row i's probability of ``tokens[i]``."""
+        k = len(tokens)
+        if self.indices is None:
+            return self.probs[torch.arange(k), tokens]
+        return (self.probs[:k] * (self.indices[:k] == tokens[:, None])).sum(dim=1)
+
+    def sample(self, generator: torch.Generator | None = None, rows: slice = slice(None)) -> torch.Tensor:
+        """One token per row (``rows`` of them)."""
+        if self.indices is None:
+            return sample(self.probs[rows], generator)
+        if self.indices.shape[1] == 1:  # greedy: nothing to draw
+            return self.indices[rows, 0]
+        # Few candidates: one multinomial call is the cheapest draw.
+        picked = torch.multinomial(self.probs[rows], 1, generator=generator)
+        return self.indices[rows].gather(1, picked).squeeze(1)
+
+
+def warp(
     logits: torch.Tensor,
     config: SamplingConfig,
     sequence: torch.Tensor | None = None,
     first_position: int = 0,
-) -> torch.Tensor:
-    """Warp ``logits`` [n, vocab] into probabilities [n, vocab] under ``config``.
+) -> Warped:
+    """Warp ``logits`` [n, vocab] under ``config``: penalty, temperature, top-k, top-p.
 
     Row i is the distribution of the token at position ``first_position + i`` of ``sequence``
     (needed only for the repetition penalty).
     """
     logits = logits.float()
+    vocab = logits.shape[1]
     if sequence is not None and config.repetition_penalty != 1.0:
         logits = apply_repetition_penalty(
             logits, sequence, first_position, config.repetition_penalty, config.repetition_window
         )
     if config.greedy:
-        probs = torch.zeros_like(logits)
-        return probs.scatter_(1, logits.argmax(dim=1, keepdim=True), 1.0)
-    logits = logits / config.temperature
-    vocab = logits.shape[1]
+        top = logits.argmax(dim=1, keepdim=True)
+        return Warped(torch.ones(top.shape, dtype=logits.dtype), top, vocab)
+    if config.temperature != 1.0:
+        logits = logits / config.temperature
     if config.top_k and config.top_k < vocab:
         values, indices = logits.topk(config.top_k, dim=1)  # sorted, descending
     elif config.top_p < 1.0:
         values, indices = logits.sort(dim=1, descending=True)
     else:
-        return torch.softmax(logits, dim=1)
+        return Warped(torch.softmax(logits, dim=1), None, vocab)
     kept = torch.softmax(values, dim=1)
     if config.top_p < 1.0:
         # Drop a token when the mass before it already reaches top_p (the first always stays).
         mass_before = kept.cumsum(dim=1) - kept
         kept = kept.masked_fill(mass_before >= config.top_p, 0.0)
         kept = kept / kept.sum(dim=1, keepdim=True)
-    return torch.zeros_like(logits).scatter_(1, indices, kept)
+    return Warped(kept, indices, vocab)
+
+
+def logits_to_probs(
+    logits: torch.Tensor,
+    config: SamplingConfig,
+    sequence: torch.Tensor | None = None,
+    first_position: int = 0,
+) -> torch.Tensor:
+    """Warp ``logits`` [n, vocab] into dense probabilities [n, vocab] (see ``warp``)."""
+    return warp(logits, config, sequence, first_position).dense()
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from babelspec.drafters import register
-from babelspec.drafters.base import Draft, Drafter
-from babelspec.sampling import SamplingConfig, logits_to_probs, sample
+from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.sampling import SamplingConfig, Warped, warp
 from babelspec.target import CausalLM, Target
 
 
@@ -31,26 +31,32 @@ class ModelDrafter(Drafter):
             self.lm.forward(self.ids[:-1], logits_to_keep=1)
         self.lm.timer.reset()  # c compares decode forwards only
 
-    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> torch.Tensor:
-        """Forward the pending tokens; distribution [1, V] of the token at ``position``."""
+    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Warped:
+        """Forward the pending tokens; distribution (one row) of the token at ``position``."""
         logits = self.lm.forward(pending, logits_to_keep=1)
-        return logits_to_probs(logits, self.sampling, sequence, first_position=position)
+        return warp(logits, self.sampling, sequence, first_position=position)
 
     def propose(self, gamma: int) -> Draft:
         pending = self.ids[self.lm.cached_len :]
         sequence = torch.tensor(self.ids + [0] * gamma)
         tokens: list[int] = []
-        rows: list[torch.Tensor] = []
+        rows: list[Warped] = []
         for i in range(gamma):
             p = self.next_probs(pending, sequence, len(self.ids) + i)
-            token = int(p[0].argmax()) if self.sampling.greedy else int(sample(p, self.generator)[0])
+            token = int(p.sample(self.generator)[0])
             tokens.append(token)
-            rows.append(p[0])
+            rows.append(p)
             sequence[len(self.ids) + i] = token
             pending = [token]
         self.drafted = tokens
-        probs = None if self.sampling.greedy else torch.stack(rows)  # greedy: a point mass
-        return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=probs, forwards=gamma)
+        draft_tokens = torch.tensor(tokens, dtype=torch.long)
+        if self.sampling.greedy:  # a point mass
+            return Draft(tokens=draft_tokens, probs=None, forwards=gamma)
+        if rows[0].indices is None:
+            probs = torch.cat([r.probs for r in rows])
+        else:
+            probs = SparseProbs(torch.cat([r.indices for r in rows]), torch.cat([r.probs for r in rows]))
+        return Draft(tokens=draft_tokens, probs=probs, forwards=gamma)
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         keep = len(self.ids) + n_accepted
