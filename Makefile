@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
 	touch $(STAMP)
 
+# The quick profile of the study on the embedded default, then its report (resumes if stopped).
 demo: $(STAMP)
-	$(BIN)/babelspec generate --target gemma-3-270m --drafter none --gamma 4 --max-new-tokens 48 \
-		--prompt "English: Everyone has the right to education.\nYoruba:"
+	$(BIN)/babelspec run --profile quick -o runs/demo
+	$(BIN)/babelspec report runs/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

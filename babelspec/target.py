@@ -15,23 +15,6 @@ import torch
 from transformers import DynamicCache
 
 
-def pick_device(device: str | torch.device | None = None) -> torch.device:
-    if device is not None:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def pick_dtype(device: torch.device, dtype: torch.dtype | str | None = None) -> torch.dtype:
-    """bf16 on a CUDA device that supports it, fp32 otherwise (CPU bf16 matmuls are slow)."""
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    if dtype is not None:
-        return dtype
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.bfloat16
-    return torch.float32
-
-
 class ForwardTimer:
     """Per-forward wall time: CUDA events on a GPU (read lazily), perf_counter on the CPU."""
 
@@ -94,12 +77,21 @@ class CausalLM:
         self.reset()
 
     def reset(self) -> None:
-        self.cache = DynamicCache(config=self.model.config)
-        # Sliding-window layers keep their past until the next crop, so rollback stays possible.
-        self.cache.activate_past_recording()
+        self.cache = self._new_cache()
+        # Recurrent layers (e.g. Qwen3.5's linear attention) cannot be cropped: rollback then
+        # restores a checkpoint and replays the kept tokens.
+        self.croppable = bool(getattr(self.cache, "is_croppable", True))
         self.cached_len = 0
+        self.tokens: list[int] = []  # the ids in the cache, for replay
+        self._checkpoint: CacheSnapshot | None = None
         self.timer.reset()
         self.forward_tokens = []
+
+    def _new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        # Sliding-window layers keep their past until the next crop, so rollback stays possible.
+        cache.activate_past_recording()
+        return cache
 
     @property
     def forward_seconds(self) -> list[float]:
@@ -116,25 +108,34 @@ class CausalLM:
         self.timer.stop()
         self.forward_tokens.append(ids.shape[1])
         self.cached_len += ids.shape[1]
+        self.tokens.extend(ids[0].tolist())
         return logits
+
+    def checkpoint(self) -> None:
+        """Remember the cache as it is now, as the point a later crop may return to.
+
+        Needed only when the cache cannot be cropped; free otherwise."""
+        if not self.croppable:
+            self._checkpoint = CacheSnapshot(copy.deepcopy(self.cache), self.cached_len)
 
     def crop(self, length: int) -> None:
         """Roll the cache back so that it holds exactly the first ``length`` tokens."""
         if length > self.cached_len:
             raise ValueError(f"cannot crop a cache of {self.cached_len} tokens to {length}")
-        self.cache.crop(length - self.cached_len)  # negative: number of tokens to remove
+        if self.croppable:
+            self.cache.crop(length - self.cached_len)  # negative: number of tokens to remove
+        elif length < self.cached_len:
+            snap, self._checkpoint = self._checkpoint, None
+            if snap is not None and snap.length <= length:
+                self.cache, start = snap.cache, snap.length
+            else:  # no usable checkpoint: rebuild from the start
+                self.cache, start = self._new_cache(), 0
+            replay = self.tokens[start:length]
+            self.tokens, self.cached_len = self.tokens[:start], start
+            if replay:
+                self.forward(replay, logits_to_keep=1)
+        self.tokens = self.tokens[:length]
         self.cached_len = length
-
-    def snapshot(self) -> "CacheSnapshot":
-        """A copy of the cache, for models whose cache cannot be cropped (recurrent layers)."""
-        return CacheSnapshot(copy.deepcopy(self.cache), self.cached_len)
-
-    def restore(self, snap: "CacheSnapshot") -> None:
-        self.cache, self.cached_len = snap.cache, snap.length
-
-    @property
-    def croppable(self) -> bool:
-        return bool(getattr(self.cache, "is_croppable", True))
 
 
 @dataclass
@@ -151,18 +152,6 @@ class Target(CausalLM):
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
 
-    @classmethod
-    def from_pretrained(
-        cls, path_or_name: str, device: str | None = None, dtype: torch.dtype | str | None = None
-    ) -> "Target":
-        """Load any Hugging Face causal LM (local path or hub name) and its tokenizer."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        dev = pick_device(device)
-        model = AutoModelForCausalLM.from_pretrained(path_or_name, dtype=pick_dtype(dev, dtype))
-        tokenizer = AutoTokenizer.from_pretrained(path_or_name)
-        return cls(model.to(dev), tokenizer, dev)
-
     def prefill(self, ids: list[int]) -> None:
         """Start a new sequence: cache ``ids`` (the caller keeps the last token pending)."""
         self.reset()
@@ -178,4 +167,5 @@ class Target(CausalLM):
     def verify(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
         """Logits [len(tokens), vocab] after each of ``tokens``: the pending token followed by
         the drafted ones, so row i judges draft i and the last row gives the bonus token."""
+        self.checkpoint()
         return self.forward(tokens)

@@ -6,7 +6,7 @@ import torch
 from babelspec.drafters.model import ModelDrafter
 from babelspec.sampling import SamplingConfig
 from babelspec.target import CausalLM, Target
-from tiny import tiny_gemma3, tiny_qwen3
+from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 
 def fresh_next_logits(model, ids: list[int]) -> torch.Tensor:
@@ -14,7 +14,7 @@ def fresh_next_logits(model, ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0, -1].float()
 
 
-@pytest.mark.parametrize("builder", [tiny_qwen3, tiny_gemma3])
+@pytest.mark.parametrize("builder", [tiny_qwen3, tiny_gemma3, tiny_qwen35])
 @pytest.mark.parametrize("keep", [0, 2, 5])
 def test_target_crop_equals_fresh_prefill(builder, keep):
     model = builder(seed=0)
@@ -31,7 +31,7 @@ def test_target_crop_equals_fresh_prefill(builder, keep):
     assert target.cached_len == len(kept) + 1
 
 
-@pytest.mark.parametrize("builder", [tiny_qwen3, tiny_gemma3])
+@pytest.mark.parametrize("builder", [tiny_qwen3, tiny_gemma3, tiny_qwen35])
 def test_drafter_rollback_equals_fresh_prefill(builder):
     model = builder(seed=2)
     drafter = ModelDrafter(model)

@@ -4,7 +4,9 @@ whose exact distributions are known."""
 from __future__ import annotations
 
 import torch
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    Gemma3ForCausalLM, Gemma3TextConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwen3ForCausalLM,
+)
 
 from babelspec.drafters.base import Draft, Drafter, SparseProbs
 
@@ -30,6 +32,18 @@ def tiny_gemma3(vocab: int = 64, seed: int = 0, layers: int = 3, sliding_window:
         initializer_range=0.3, bos_token_id=0, eos_token_id=None, pad_token_id=None,
     )
     return Gemma3ForCausalLM(config).eval()
+
+
+def tiny_qwen35(vocab: int = 64, seed: int = 0, layers: int = 4):
+    """Qwen3.5 layout (the paper's verifier): linear-attention layers whose recurrent state
+    cannot be cropped, beside a full-attention one."""
+    torch.manual_seed(seed)
+    config = Qwen3_5TextConfig(
+        vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+        initializer_range=0.3, tie_word_embeddings=True, bos_token_id=0, eos_token_id=None, pad_token_id=None,
+    )
+    return Qwen3_5ForCausalLM(config).eval()
 
 
 class FixedDrafter(Drafter):

@@ -24,14 +24,8 @@ def _language(code: str):
 
 
 def _tokenizer(spec: str):
-    try:
-        from babelspec.models import load_tokenizer
-    except ImportError:  # models package absent: accept a local Hugging Face tokenizer folder
-        from transformers import AutoTokenizer
+    from babelspec.models import load_tokenizer
 
-        if not Path(spec).exists():
-            raise typer.BadParameter(f"{spec!r} is not a local tokenizer folder", param_hint="--tokenizer")
-        return AutoTokenizer.from_pretrained(spec)
     try:
         return load_tokenizer(spec)
     except ValueError as err:

@@ -37,6 +37,7 @@ class ModelDrafter(Drafter):
         return warp(logits, self.sampling, sequence, first_position=position)
 
     def propose(self, gamma: int) -> Draft:
+        self.lm.checkpoint()  # rollback point for caches that cannot be cropped
         pending = self.ids[self.lm.cached_len :]
         sequence = torch.tensor(self.ids + [0] * gamma)
         tokens: list[int] = []

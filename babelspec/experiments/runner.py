@@ -80,12 +80,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 def load_run_target(spec: str):
     """The verifier for a preset name or a local model directory."""
-    try:
-        from babelspec.models import load_target
-    except ImportError:  # the models layer is absent: plain Hugging Face loading
-        from babelspec.target import Target
+    from babelspec.models import load_target
 
-        return Target.from_pretrained(spec)
     return load_target(spec)
 
 
