@@ -16,7 +16,8 @@ from babelspec.report import build_report
 from experiments_fixtures import tiny_model_dir
 
 
-def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path):
+def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABELSPEC_CACHE", str(tmp_path / "cache"))  # teacher shards stay out of the user's cache
     tiny_model_dir(tmp_path / "model")
     cfg_path = tmp_path / "c.toml"
     cfg_path.write_text(textwrap.dedent("""
