@@ -1,6 +1,5 @@
 """The teacher top-k cache: exact round trip, resume after an interruption, clear errors."""
 
-import json
 
 import numpy as np
 import pytest

@@ -5,7 +5,6 @@ errors."""
 import json
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from babelspec.cli import app

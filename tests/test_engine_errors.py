@@ -1,7 +1,6 @@
 """Bad requests fail at the boundary with a message that says what to change."""
 
 import pytest
-import torch
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.base import NoDrafter

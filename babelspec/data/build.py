@@ -28,15 +28,14 @@ from pathlib import Path
 from babelspec.data.clean import (
     align_udhr,
     clean_pair,
-    clean_ui_string,
     is_sentence_like,
-    norm_key,
     parse_ftl,
     parse_properties,
     parse_udhr_html,
 )
 from babelspec.data.languages import LANGUAGES, Language
 from babelspec.data.splits import near_duplicates, stable_hash
+from babelspec.fileio import atomic_open, write_text_atomic
 
 # --- what is fetched ------------------------------------------------------------------------------
 
@@ -332,25 +331,13 @@ def assign_splits(records: list[Record], lang: str) -> list[Record]:
 def write_gzip_jsonl(path: Path, records: Iterable[dict]) -> None:
     """Atomic, byte-reproducible gzip JSONL (mtime 0, sorted keys)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as raw:
+    with atomic_open(path, "wb") as raw:
         with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0, filename="") as gz:
             with io.TextIOWrapper(gz, encoding="utf-8", newline="\n") as f:
                 for r in records:
                     f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.replace(tmp, path)
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _licence_files(f: Fetched) -> list[Path]:

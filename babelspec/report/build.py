@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
+from babelspec.fileio import write_bytes_atomic, write_text_atomic
 
 # The paper's means over 11 languages (Qwen3.5-9B verifier, 0.8B drafter), for comparison only.
 PAPER_MEANS = [
@@ -44,13 +44,7 @@ def _pm(mean: Any, std: Any) -> str:
 
 
 def _write_atomic(path: Path, data: bytes | str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode, **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    (write_bytes_atomic if isinstance(data, bytes) else write_text_atomic)(path, data)
 
 
 def _size_note(corpus: dict, lang: str) -> str:
