@@ -85,12 +85,9 @@ def _auto(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
     lang = context.get("lang")
     if not lang:
         raise ValueError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")
-    try:
-        from babelspec.data.languages import get_language
+    from babelspec.data.languages import get_language
 
-        lang = get_language(lang).code
-    except ImportError:
-        pass
+    lang = get_language(lang).code
     path = arg or default_router_path()
     try:
         router = Router.load(path)

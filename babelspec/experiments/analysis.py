@@ -31,11 +31,9 @@ def open_store(run_dir: str | Path) -> Store:
 
 def corpus_sizes(languages: list[str]) -> dict[str, dict[str, Any]]:
     """Bundled train-split sizes and domains per language (empty where the data is absent)."""
+    from babelspec.data.corpus import corpus_stats
+
     out: dict[str, dict[str, Any]] = {}
-    try:
-        from babelspec.data.corpus import corpus_stats
-    except ImportError:
-        return out
     for lang in languages:
         try:
             st = corpus_stats(lang)

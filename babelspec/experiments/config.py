@@ -144,12 +144,8 @@ def _check_keys(table: dict, cls: type, where: str, extra: set[str] = frozenset(
 
 def resolve_language(name: str) -> str:
     """ISO 639-3 code of a language code or alias (``ne`` -> ``npi``); ConfigError if unknown."""
-    try:
-        from babelspec.data.languages import get_language
-    except ImportError:  # the data layer is absent: accept the paper's codes only
-        if name in PAPER_LANGUAGES:
-            return name
-        raise ConfigError(f"unknown language {name!r}; known: {', '.join(PAPER_LANGUAGES)}") from None
+    from babelspec.data.languages import get_language
+
     try:
         return get_language(name).code
     except ValueError as exc:

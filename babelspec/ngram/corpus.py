@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -90,31 +90,14 @@ def tokenize_texts(
     return tokens, doc_lengths, {"texts": n_texts, "characters": n_chars, "tokens": int(tokens.size)}
 
 
-def read_text_file(path: str | Path) -> Iterator[str]:
-    """Lines of a UTF-8 text file, with a clear error naming the file on bad encoding."""
-    path = Path(path)
-    with open(path, encoding="utf-8") as f:
-        lineno = 0
-        try:
-            for lineno, line in enumerate(f, start=1):  # noqa: B007
-                yield line.rstrip("\n")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{path}: not UTF-8 text near line {lineno + 1} ({exc.reason}); convert it to UTF-8") from exc
-
-
 def corpus_texts(source: str, split: str = "train") -> tuple[Iterable[str], str]:
     """Texts of a corpus SOURCE and a name for the training metadata.
 
     SOURCE is a language code of the bundled data (its ``split``), ``FORMAT:PATH`` or a path in
     one of the data layer's formats (plain text, TSV, JSONL, Leipzig, FLORES+, HF datasets).
     """
-    try:
-        from babelspec.data.loaders import load_corpus
-    except ImportError:  # the data layer is optional here: plain text files still work
-        path = Path(source)
-        if not path.is_file():
-            raise ValueError(f"corpus {source!r} is not a text file (and babelspec.data is unavailable)") from None
-        return read_text_file(path), path.name
+    from babelspec.data.loaders import load_corpus
+
     texts = load_corpus(source, split=split)
     path = Path(source)
     name = path.name if path.exists() else f"{source}:{split}"
