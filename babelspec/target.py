@@ -99,13 +99,16 @@ class CausalLM:
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0) -> torch.Tensor:
-        """Forward ``ids`` [n] after the cached tokens; float32 logits of the last
+        """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
         ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab]."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
         self.timer.start()
         out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
         logits = out.logits[0].float()
         self.timer.stop()
+        # Sampling and the rejection test run on the CPU whatever the model's device: a few
+        # rows of logits are cheap to move, and one generator then serves every device.
+        logits = logits.cpu()
         self.forward_tokens.append(ids.shape[1])
         self.cached_len += ids.shape[1]
         self.tokens.extend(ids[0].tolist())
