@@ -12,8 +12,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+# The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk.
+$(STAMP): pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf]'
 	touch $(STAMP)
 
 # The quick profile of the study on the embedded default, then its report (resumes if stopped).
