@@ -1,15 +1,15 @@
 """On the real default model, babelspec greedy equals Hugging Face ``generate`` greedy, token for
 token, with no drafter and with each of the models drafters (the full set of >= 20 prompts
-over the 11 languages is ``babelspec bench equivalence``)."""
+over the 11 languages is ``babelspec bench equivalence``, which also measures each drafter's
+cost ratio c: speed is a benchmark's business, not a test's)."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from babelspec.data.corpus import monolingual
 from babelspec.models import DEFAULT_TARGET, load_target
-from babelspec.models.peers import PromptItem, drafter_costs, equivalence
+from babelspec.models.peers import PromptItem, equivalence
 
 
 @pytest.fixture(scope="module")
@@ -30,13 +30,3 @@ def test_greedy_matches_hf_generate_for_every_drafter(target) -> None:
                          max_new_tokens=8, gamma=3)
     assert report.compared == 12
     assert report.mismatches == []
-
-
-def test_drafters_are_cheaper_than_the_target(target) -> None:
-    torch.manual_seed(0)
-    costs = drafter_costs(target, _prompts(target, ("npi",))[0], ["self:6", "head", "self:6@"],
-                          repeats=3)
-    # A restricted head drops most of the 262k-row output matrix; six of 18 layers drop two thirds
-    # of the stack: on a memory-bound CPU both must cost clearly less than a target forward.
-    assert costs["self:6@npi"]["c_decode"] < costs["self:6"]["c_decode"]
-    assert costs["self:6@npi"]["c_decode"] < 0.8
