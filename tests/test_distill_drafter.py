@@ -11,7 +11,7 @@ from babelspec.engine import generate
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 from distill_tiny import VOCAB, teacher_and_examples
-from test_engine_lossless import chi_square_pvalue, exact_pair_distribution
+from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import tiny_gemma3, tiny_qwen3
 
 SPECS = ["self:1", "self:2,head=corpus"]

@@ -2,41 +2,17 @@
 
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from babelspec.engine import accept_or_reject, generate
 from babelspec.drafters.base import Draft, SparseProbs
-from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
+from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import FixedDrafter, tiny_qwen3
 
 VOCAB = 8
 PROMPT = [1, 5, 2]
 SAMPLES = 1200
-
-
-def exact_pair_distribution(model, prompt: list[int], config: SamplingConfig) -> torch.Tensor:
-    """P(t1, t2 | prompt) under the warped target distributions, by enumeration."""
-    with torch.no_grad():
-        first = model(torch.tensor([prompt])).logits[0, -1:]
-        q1 = logits_to_probs(first, config, torch.tensor(prompt), len(prompt))[0]
-        joint = torch.zeros(VOCAB, VOCAB)
-        for t1 in range(VOCAB):
-            seq = prompt + [t1]
-            logits = model(torch.tensor([seq])).logits[0, -1:]
-            joint[t1] = q1[t1] * logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
-    return joint.flatten()
-
-
-def chi_square_pvalue(counts: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    expected = expected_probs * counts.sum()
-    big = expected >= 5
-    obs = torch.cat([counts[big], counts[~big].sum(0, keepdim=True)])
-    exp = torch.cat([expected[big], expected[~big].sum(0, keepdim=True)])
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    exp = exp * obs.sum() / exp.sum()
-    return float(chisquare(obs.numpy(), exp.numpy()).pvalue)
 
 
 DRAFT_P = torch.tensor([0.30, 0.02, 0.25, 0.03, 0.15, 0.05, 0.0, 0.20])

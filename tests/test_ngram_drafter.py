@@ -8,16 +8,16 @@ import time
 import numpy as np
 import pytest
 import torch
-from scipy.stats import chisquare
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.base import SparseProbs
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, TokenizerMismatchError, count_ngrams, train
-from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
+from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import tiny_qwen3
 
 V = len(WORDS)
@@ -161,29 +161,6 @@ def test_proposals_take_microseconds():
 
 # --- losslessness through the engine ------------------------------------------------------
 WARPED = SamplingConfig(temperature=0.9, top_k=5, top_p=0.9, repetition_penalty=1.3, repetition_window=3)
-
-
-def exact_pair_distribution(model, prompt: list[int], config: SamplingConfig) -> torch.Tensor:
-    """P(t1, t2 | prompt) under the warped target distributions, by enumeration."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt])).logits[0, -1:]
-        q1 = logits_to_probs(logits, config, torch.tensor(prompt), len(prompt))[0]
-        joint = torch.zeros(V, V)
-        for t1 in range(V):
-            seq = prompt + [t1]
-            logits = model(torch.tensor([seq])).logits[0, -1:]
-            joint[t1] = q1[t1] * logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
-    return joint.flatten()
-
-
-def chi_square_pvalue(counts: np.ndarray, probs: np.ndarray) -> float:
-    expected = probs * counts.sum()
-    big = expected >= 5
-    obs = np.append(counts[big], counts[~big].sum())
-    exp = np.append(expected[big], expected[~big].sum())
-    if exp[-1] == 0:
-        obs, exp = obs[:-1], exp[:-1]
-    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,36 @@
+"""The statistics behind the lossless tests: exact pair distributions and a chi-square check."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.stats import chisquare
+
+from babelspec.sampling import SamplingConfig, logits_to_probs
+
+
+def exact_pair_distribution(model, prompt: list[int], config: SamplingConfig) -> torch.Tensor:
+    """P(t1, t2 | prompt) under the warped target distributions, by enumeration (flattened)."""
+    with torch.no_grad():
+        first = model(torch.tensor([prompt])).logits[0, -1:]
+        vocab = first.shape[-1]
+        q1 = logits_to_probs(first, config, torch.tensor(prompt), len(prompt))[0]
+        joint = torch.zeros(vocab, vocab)
+        for t1 in range(vocab):
+            seq = prompt + [t1]
+            logits = model(torch.tensor([seq])).logits[0, -1:]
+            joint[t1] = q1[t1] * logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
+    return joint.flatten()
+
+
+def chi_square_pvalue(counts, probs) -> float:
+    """Chi-square goodness of fit of ``counts`` to ``probs``; cells expecting < 5 are pooled."""
+    counts = np.asarray(counts, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    expected = probs * counts.sum()
+    big = expected >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(expected[big], expected[~big].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
