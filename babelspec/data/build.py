@@ -9,7 +9,6 @@ the result is ``data/corpus/<lang>.jsonl.gz`` (one record per text), ``data/topi
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -35,7 +34,7 @@ from babelspec.data.clean import (
 )
 from babelspec.data.languages import LANGUAGES, Language
 from babelspec.data.splits import near_duplicates, stable_hash
-from babelspec.fileio import atomic_open, write_text_atomic
+from babelspec.fileio import atomic_open, sha256_file, write_text_atomic
 
 # --- what is fetched ------------------------------------------------------------------------------
 
@@ -117,14 +116,6 @@ def _run(cmd: list[str], cwd: Path) -> str:
         hint = " (run `apt-get update` first?)" if cmd[0] == "apt-get" else ""
         raise BuildError(f"{' '.join(cmd)} failed{hint}:\n{proc.stderr.strip()[-2000:]}")
     return proc.stdout
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass

@@ -9,7 +9,6 @@ point therefore leaves only whole shards, and a rerun skips them.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -19,6 +18,8 @@ from typing import Any
 
 import numpy as np
 from safetensors.numpy import load_file, save_file
+
+from babelspec.fileio import sha256_file
 
 FORMAT = "babelspec-topk-cache"
 VERSION = 1
@@ -72,14 +73,6 @@ def _fsync_write(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     _fsync_write(Path(path), lambda p: p.write_text(json.dumps(obj, indent=2, sort_keys=True)))
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def pack_examples(examples: Sequence[Example]) -> dict[str, np.ndarray]:
@@ -172,7 +165,7 @@ class TopKCache:
             "examples": len(examples),
             "tokens": int(arrays["ids"].size),
             "response_tokens": int(arrays["topk_ids"].shape[0]),
-            "sha256": _sha256(path),
+            "sha256": sha256_file(path),
         }
         write_json_atomic(self.manifest_path, self.manifest)
 
@@ -191,7 +184,7 @@ class TopKCache:
         path = self.shard_path(index)
         if entry is None or not path.exists():
             raise CacheError(f"shard {index} is missing from {self.directory}")
-        if verify and _sha256(path) != entry["sha256"]:
+        if verify and sha256_file(path) != entry["sha256"]:
             raise CacheError(f"{path} does not match its checksum; delete it and rebuild the cache")
         return unpack_examples(load_file(str(path)))
 

@@ -119,14 +119,19 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(_clean(data), indent=1, ensure_ascii=False))
 
 
+def analyse_run(run_dir: str | Path) -> dict[str, Any]:
+    """``analyse`` of a run directory's store, closing the store afterwards."""
+    store = open_store(Path(run_dir))
+    try:
+        return analyse(store)
+    finally:
+        store.close()
+
+
 def write_analysis(run_dir: str | Path, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Write ``analysis.json`` and ``router.json`` of a run; return the analysis."""
     run_dir = Path(run_dir)
-    store = open_store(run_dir)
-    try:
-        result = analyse(store)
-    finally:
-        store.close()
+    result = analyse_run(run_dir)
     slim = {k: v for k, v in result.items() if k != "forward_seconds"}
     write_json_atomic(run_dir / "analysis.json", slim)
     router = Router(**{**result["router"], "routes": []})

@@ -7,7 +7,6 @@ local directory (seconds, memory-mapped).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -15,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from babelspec.fileio import sha256_file
 from babelspec.models.cache import COMPLETE_MARKER, cache_dir, cached_build
 from babelspec.models.presets import DEFAULT_TARGET, GGUF_LOCATORS, PRESETS, Preset, PresetError
 
@@ -46,14 +46,6 @@ def default_dtype(device: "torch.device") -> "torch.dtype":
     return torch.float32
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def convert_gguf(gguf_path: Path, out_dir: Path, *, source: str) -> None:
     """Dequantise a GGUF into ``out_dir`` as fp32 safetensors plus a fast tokenizer."""
     global conversion_count
@@ -76,7 +68,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, source: str) -> None:
     marker = {
         "format": CONVERSION_FORMAT,
         "source": source,
-        "gguf_sha256": _sha256(gguf_path),
+        "gguf_sha256": sha256_file(gguf_path),
         "gguf_bytes": gguf_path.stat().st_size,
         "dtype": "float32",
         "conversion_seconds": round(time.perf_counter() - started, 3),
@@ -101,7 +93,7 @@ def converted_dir(preset_name: str) -> Path:
 
 def gguf_file_dir(path: Path) -> Path:
     """A cached conversion of any GGUF file given by path (keyed by its content hash)."""
-    digest = _sha256(path)[:16]
+    digest = sha256_file(path)[:16]
 
     def build(tmp: Path) -> None:
         convert_gguf(path, tmp, source=str(path.name))

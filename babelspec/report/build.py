@@ -329,14 +329,10 @@ def full_profile_estimate(a: dict[str, Any]) -> str:
 
 def build_report(run_dir: str | Path, out_dir: str | Path | None = None) -> dict[str, Path]:
     """Write ``report.md`` (+ ``figures/*.png``) and ``report.html`` for a run directory."""
-    from babelspec.experiments.analysis import analyse, open_store
+    from babelspec.experiments.analysis import analyse_run
 
     run_dir = Path(run_dir)
-    store = open_store(run_dir)
-    try:
-        a = analyse(store)
-    finally:
-        store.close()
+    a = analyse_run(run_dir)
     out = Path(out_dir) if out_dir else run_dir
     (out / "figures").mkdir(parents=True, exist_ok=True)
     blocks = report_blocks(a)
