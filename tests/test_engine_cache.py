@@ -5,7 +5,8 @@ import torch
 
 from babelspec.drafters.model import ModelDrafter
 from babelspec.sampling import SamplingConfig
-from babelspec.target import CausalLM, Target
+from babelspec.lm import CausalLM
+from babelspec.target import Target
 from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 

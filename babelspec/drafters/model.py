@@ -9,7 +9,8 @@ import torch
 from babelspec.drafters import register
 from babelspec.drafters.base import Draft, Drafter, SparseProbs
 from babelspec.sampling import SamplingConfig, Warped, warp
-from babelspec.target import CausalLM, Target
+from babelspec.lm import CausalLM
+from babelspec.target import Target
 
 
 class ModelDrafter(Drafter):

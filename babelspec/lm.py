@@ -1,0 +1,147 @@
+"""A Hugging Face causal LM with its own KV cache, timed forwards and rollback.
+
+``CausalLM`` is shared by the verifier (``Target``) and by neural drafters: it forwards a block
+of new tokens on top of its cache and returns their logits, and crops the cache back to an
+accepted prefix. It knows nothing about drafting or verification.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+
+class ForwardTimer:
+    """Per-forward wall time: CUDA events on a GPU (read lazily), perf_counter on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._seconds: list[float] = []
+        self._events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+        self._start: float | torch.cuda.Event = 0.0
+
+    def start(self) -> None:
+        if self.cuda:
+            self._start = torch.cuda.Event(enable_timing=True)
+            self._start.record()
+        else:
+            self._start = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((self._start, end))
+        else:
+            self._seconds.append(time.perf_counter() - self._start)
+
+    @property
+    def seconds(self) -> list[float]:
+        if self._events:
+            torch.cuda.synchronize()
+            self._seconds.extend(s.elapsed_time(e) / 1000.0 for s, e in self._events)
+            self._events.clear()
+        return self._seconds
+
+    def reset(self) -> None:
+        self._seconds = []
+        self._events = []
+
+
+def output_vocab_size(model: torch.nn.Module) -> int:
+    head = model.get_output_embeddings()
+    if head is not None and getattr(head, "weight", None) is not None:
+        return int(head.weight.shape[0])
+    return int(model.config.get_text_config().vocab_size)
+
+
+def context_window(model: torch.nn.Module) -> int | None:
+    config = model.config.get_text_config()
+    return getattr(config, "max_position_embeddings", None)
+
+
+class CausalLM:
+    """A causal LM with a KV cache over the tokens forwarded so far (batch size 1)."""
+
+    def __init__(self, model: torch.nn.Module, device: torch.device | None = None) -> None:
+        self.model = model.eval()
+        self.device = device or next(model.parameters()).device
+        self.vocab_size = output_vocab_size(model)
+        self.max_context = context_window(model)
+        self.timer = ForwardTimer(self.device)
+        self.forward_tokens: list[int] = []  # tokens in each forward, beside timer.seconds
+        self.reset()
+
+    def reset(self) -> None:
+        self.cache = self._new_cache()
+        # Recurrent layers (e.g. Qwen3.5's linear attention) cannot be cropped: rollback then
+        # restores a checkpoint and replays the kept tokens.
+        self.croppable = bool(getattr(self.cache, "is_croppable", True))
+        self.cached_len = 0
+        self.tokens: list[int] = []  # the ids in the cache, for replay
+        self._checkpoint: CacheSnapshot | None = None
+        self.timer.reset()
+        self.forward_tokens = []
+
+    def _new_cache(self) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        # Sliding-window layers keep their past until the next crop, so rollback stays possible.
+        cache.activate_past_recording()
+        return cache
+
+    @property
+    def forward_seconds(self) -> list[float]:
+        return self.timer.seconds
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0) -> torch.Tensor:
+        """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
+        ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab]."""
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
+        self.timer.start()
+        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+        logits = out.logits[0].float()
+        self.timer.stop()
+        # Sampling and the rejection test run on the CPU whatever the model's device: a few
+        # rows of logits are cheap to move, and one generator then serves every device.
+        logits = logits.cpu()
+        self.forward_tokens.append(ids.shape[1])
+        self.cached_len += ids.shape[1]
+        self.tokens.extend(ids[0].tolist())
+        return logits
+
+    def checkpoint(self) -> None:
+        """Remember the cache as it is now, as the point a later crop may return to.
+
+        Needed only when the cache cannot be cropped; free otherwise."""
+        if not self.croppable:
+            self._checkpoint = CacheSnapshot(copy.deepcopy(self.cache), self.cached_len)
+
+    def crop(self, length: int) -> None:
+        """Roll the cache back so that it holds exactly the first ``length`` tokens."""
+        if length > self.cached_len:
+            raise ValueError(f"cannot crop a cache of {self.cached_len} tokens to {length}")
+        if self.croppable:
+            self.cache.crop(length - self.cached_len)  # negative: number of tokens to remove
+        elif length < self.cached_len:
+            snap, self._checkpoint = self._checkpoint, None
+            if snap is not None and snap.length <= length:
+                self.cache, start = snap.cache, snap.length
+            else:  # no usable checkpoint: rebuild from the start
+                self.cache, start = self._new_cache(), 0
+            replay = self.tokens[start:length]
+            self.tokens, self.cached_len = self.tokens[:start], start
+            if replay:
+                self.forward(replay, logits_to_keep=1)
+        self.tokens = self.tokens[:length]
+        self.cached_len = length
+
+
+@dataclass
+class CacheSnapshot:
+    cache: DynamicCache
+    length: int
