@@ -13,6 +13,7 @@ import torch
 
 from babelspec.drafters.base import Draft, Drafter, SparseProbs
 from babelspec.sampling import SamplingConfig, Warped, residual, sample, warp
+from babelspec.speedup import theoretical_speedup
 from babelspec.target import Target
 
 
@@ -85,15 +86,6 @@ class GenerationResult:
                  alpha_token=self.alpha_token, mean_accepted_length=self.mean_accepted_length,
                  c=self.c, theoretical_speedup=self.theoretical_speedup())
         return d
-
-
-def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
-    """f = (1 - a^(g+1)) / ((1 - a)(g c + 1)) (Leviathan et al., Thm 3.8)."""
-    if alpha != alpha or c != c:  # nan
-        return float("nan")
-    if alpha >= 1.0:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
 
 
 def validate_request(

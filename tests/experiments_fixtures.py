@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from babelspec.experiments.store import ExampleRecord, Store
 
 
@@ -9,11 +11,24 @@ def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall:
            tokens: int = 20, chars: int = 60, alpha: float = 0.5, c: float = 0.1,
            accepted_per_step=(), proposed_per_step=(), looped: bool = False, seed: int = 0,
            trained_on: str = "", text: str = "") -> ExampleRecord:
+    """One generation. The counts behind alpha come from the per-step lists where given
+    (a step whose accepted < proposed ends in a rejection), else 10 judged tokens at ``alpha``;
+    plain decoding judges nothing, so its alpha is NaN."""
+    if drafter == "none":
+        accepted = rejections = 0
+    elif proposed_per_step:
+        accepted = sum(accepted_per_step)
+        rejections = sum(a < p for a, p in zip(accepted_per_step, proposed_per_step))
+    else:
+        accepted = round(alpha * 10)
+        rejections = 10 - accepted
+    judged = accepted + rejections
     return ExampleRecord(
         language=lang, task=task, drafter=drafter, gamma=gamma, prompt_index=prompt, seed=seed,
         drafter_spec="none" if drafter == "none" else f"{drafter}:x", trained_on=trained_on,
-        alpha=alpha, alpha_token=alpha, proposed=sum(proposed_per_step),
-        accepted=sum(accepted_per_step), steps=len(proposed_per_step) or tokens,
+        alpha=accepted / judged if judged else math.nan, alpha_token=alpha,
+        proposed=sum(proposed_per_step) or judged, accepted=accepted, rejections=rejections,
+        steps=len(proposed_per_step) or tokens,
         accepted_per_step=list(accepted_per_step), proposed_per_step=list(proposed_per_step),
         wall_seconds=wall, target_seconds=wall * 0.8, draft_seconds=wall * 0.1,
         draft_forward_seconds=[0.001 * c / 0.1] * 3, target_forward_seconds=[0.01] * 3,
@@ -36,16 +51,16 @@ def small_store(path) -> Store:
                              accepted_per_step=[2, 1, 0], proposed_per_step=[2, 2, 2],
                              trained_on="translation"))  # fmt: skip
             store.add(record("amh", task, "fast", 3, p, wall=1.0, alpha=0.7,
-                             accepted_per_step=[3, 0], proposed_per_step=[3, 3],
+                             accepted_per_step=[3, 3, 1, 0, 0], proposed_per_step=[3] * 5,
                              trained_on="translation"))  # fmt: skip
             store.add(record("amh", task, "slow", 2, p, wall=4.0, alpha=0.2, c=0.9,
-                             accepted_per_step=[0, 1], proposed_per_step=[2, 2]))  # fmt: skip
+                             accepted_per_step=[1, 0, 0, 0], proposed_per_step=[2] * 4))  # fmt: skip
             store.add(record("yor", task, "none", 0, p, wall=2.0))
             store.add(record("yor", task, "fast", 2, p, wall=2.5, alpha=0.3,
-                             accepted_per_step=[0, 1], proposed_per_step=[2, 2],
+                             accepted_per_step=[1, 1, 1, 0, 0, 0, 0], proposed_per_step=[2] * 7,
                              trained_on="translation"))  # fmt: skip
             store.add(record("yor", task, "slow", 2, p, wall=4.0, alpha=0.1, c=0.9,
-                             accepted_per_step=[0, 0], proposed_per_step=[2, 2]))  # fmt: skip
+                             accepted_per_step=[1] + [0] * 9, proposed_per_step=[1] + [2] * 9))  # fmt: skip
     return store
 
 

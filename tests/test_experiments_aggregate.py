@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from babelspec.experiments import aggregate as agg
+from babelspec.speedup import theoretical_speedup
 from experiments_fixtures import record, small_store
 
 
 @pytest.fixture
-def stats(tmp_path):
-    return agg.setting_stats(small_store(tmp_path / "r.sqlite").records())
+def records(tmp_path):
+    return small_store(tmp_path / "r.sqlite").records()
+
+
+@pytest.fixture
+def stats(records):
+    return agg.setting_stats(records)
 
 
 def cell(stats, lang, task, drafter, gamma):
@@ -33,7 +40,7 @@ def test_alpha_c_and_theoretical_f(stats):
     assert s.alpha_mean == pytest.approx(0.7) and s.alpha_std == pytest.approx(0.0)
     assert s.c == pytest.approx(0.1)
     assert s.theoretical_f == pytest.approx((1 - 0.7**4) / ((1 - 0.7) * (3 * 0.1 + 1)))
-    assert agg.theoretical_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
+    assert theoretical_speedup(1.0, 4, 0.0) == pytest.approx(5.0)
 
 
 def test_latency_per_token_and_per_char(stats):
@@ -51,10 +58,10 @@ def test_acceptance_by_draft_and_output_position(stats):
     assert s.acceptance_by_output_position == pytest.approx([3 / 5])
 
 
-def test_best_gamma_and_language_summary(stats):
+def test_best_gamma_and_language_summary(stats, records):
     best = agg.best_gamma(stats)
     assert best[("amh", "story", "fast")].gamma == 3
-    summary = {(x.language, x.task): x for x in agg.language_summary(stats)}
+    summary = {(x.language, x.task): x for x in agg.language_summary(records)}
     assert summary[("amh", "story")].drafter == "fast"
     assert summary[("amh", "story")].speedup == pytest.approx(2.0)
     assert summary[("yor", "story")].speedup == pytest.approx(0.8)
@@ -95,3 +102,55 @@ def test_verification_cost_enters_the_corrected_f():
     c_plain = s.draft_forward_ms / 10.0
     assert s.f_verify == pytest.approx((1 - 0.5**4) / (0.5 * (3 * c_plain + 2.0)))
     assert s.f_verify < s.theoretical_f
+
+
+def test_alpha_pools_counts_and_a_generation_that_judged_nothing_adds_nothing():
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(3)]
+    rows += [record("amh", "story", "ng", 2, 0, wall=1.0, accepted_per_step=[2, 2, 2, 0], proposed_per_step=[2] * 4),
+             record("amh", "story", "ng", 2, 1, wall=1.0, accepted_per_step=[0], proposed_per_step=[0]),
+             record("amh", "story", "ng", 2, 2, wall=1.0, accepted_per_step=[1, 0, 0], proposed_per_step=[2] * 3)]
+    assert [r.alpha for r in rows[3:]][0] == pytest.approx(6 / 7) and math.isnan(rows[4].alpha)
+    [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
+    assert s.alpha_mean == pytest.approx(7 / 11)  # (6 + 0 + 1) / (6 + 1 + 0 + 1 + 3)
+    assert s.n_judged == 2
+    assert s.theoretical_f == pytest.approx(theoretical_speedup(7 / 11, 2, s.c))
+
+
+def test_the_headline_setting_is_measured_on_prompts_that_did_not_choose_it():
+    # "lucky" measures 2x on the even prompts and 0.8x on the odd ones; "steady" 1.25x on all.
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(4)]
+    rows += [record("amh", "story", "lucky", 2, p, wall=w) for p, w in enumerate([1.0, 2.5, 1.0, 2.5])]
+    rows += [record("amh", "story", "steady", 2, p, wall=1.6) for p in range(4)]
+    [row] = agg.language_summary(rows)
+    assert row.drafter == "lucky" and row.selection_speedup == pytest.approx(2.0)
+    assert row.speedup == pytest.approx(0.8) and row.n_pairs == 2  # held out
+    assert row.speedup_in_sample == pytest.approx(1.4)  # the old headline's number
+    [h] = [h for h in agg.headline(rows, [row]) if h["task"] == "*"]
+    assert h["mean"] == pytest.approx(0.8) and h["worst"] == pytest.approx(0.8)
+
+
+def test_each_cell_has_a_deterministic_bootstrap_interval_over_prompts():
+    rng = np.random.default_rng(1)
+    walls = 2.0 / rng.uniform(0.8, 1.6, size=10)
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(10)]
+    rows += [record("amh", "story", "ng", 2, p, wall=w) for p, w in enumerate(walls)]
+    [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
+    assert s.n_prompts == 10
+    assert s.speedup_low < s.speedup < s.speedup_high
+    ratios = 2.0 / walls
+    assert ratios.min() <= s.speedup_low and s.speedup_high <= ratios.max()
+    [again] = [s for s in agg.setting_stats(list(reversed(rows))) if s.drafter == "ng"]
+    assert (again.speedup_low, again.speedup_high) == (s.speedup_low, s.speedup_high)
+    one = [s for s in agg.setting_stats(rows[:1] + rows[10:11]) if s.drafter == "ng"][0]
+    assert math.isnan(one.speedup_low) and math.isnan(one.speedup_high)  # one prompt: no interval
+
+
+def test_the_mean_speedup_interval_resamples_prompts_within_each_cell():
+    rows = []
+    for lang, ratios in (("amh", [1.0, 2.0, 1.5, 1.2]), ("yor", [0.9, 1.1, 1.0, 1.3])):
+        rows += [record(lang, "story", "none", 0, p, wall=2.0) for p in range(4)]
+        rows += [record(lang, "story", "ng", 2, p, wall=2.0 / q) for p, q in enumerate(ratios)]
+    cells = [("amh", "story", "ng", 2), ("yor", "story", "ng", 2)]
+    mean, lo, hi = agg.mean_speedup_interval(rows, cells)
+    assert mean == pytest.approx((1.35 + 1.05) / 2)
+    assert 0.95 <= lo < mean < hi <= 1.75  # between the all-worst and all-best resamples

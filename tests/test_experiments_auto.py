@@ -10,7 +10,10 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from babelspec.drafters import make_drafter
+from babelspec.drafters.auto import WARMUP_STEPS, RoutedDrafter
+from babelspec.drafters.base import Draft, Drafter
 from babelspec.engine import generate
+from babelspec.routing import Route
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
@@ -70,3 +73,46 @@ def test_auto_errors_are_clear(target, tmp_path):
         make_drafter(f"auto:{path}", target, lang="yor")
     with pytest.raises(ValueError, match="babelspec run"):
         make_drafter(f"auto:{tmp_path / 'missing.json'}", target, lang="amh")
+
+
+class _OneToken(Drafter):
+    """Proposes one token (whatever gamma allows): a drafter that drafts less than gamma."""
+
+    def start(self, context_ids, sampling, generator) -> None:
+        pass
+
+    def propose(self, gamma: int) -> Draft:
+        return Draft(tokens=torch.tensor([7]))
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        pass
+
+
+def _drive(drafter, accepted: list[int]) -> None:
+    drafter.start([1], SamplingConfig.paper(), torch.Generator())
+    for n in accepted:
+        drafter.propose(8)
+        drafter.commit(n, 3)
+
+
+def _route(**costs) -> Route:
+    return Route(language="amh", task="story", drafter="one", spec="one", gamma=8,
+                 predicted_speedup=1.2, source="measured", **costs)  # fmt: skip
+
+
+def test_online_switch_off_counts_the_measured_verification_cost():
+    # a free drafter whose every token is accepted: f = 2 with a verify cost of 1, but here
+    # verifying costs 3 plain steps, so 2 tokens per step for 3 steps' time does not pay
+    drafter = RoutedDrafter(_OneToken(), _route(c=0.0, draft_cost=0.0, verify_cost=3.0))
+    _drive(drafter, [1] * WARMUP_STEPS)
+    assert drafter.online_speedup() == pytest.approx(2 / 3)
+    assert not drafter.drafting
+
+
+def test_online_switch_off_counts_the_tokens_actually_drafted():
+    # one token drafted per step, half of them accepted, a draft forward costs 0.4 steps:
+    # f(0.5, 1, 0.4) = 1.5 / 1.4 > 1 pays; f with the route's gamma 8 (0.48) would not
+    drafter = RoutedDrafter(_OneToken(), _route(c=0.4, draft_cost=0.4, verify_cost=1.0))
+    _drive(drafter, [1, 0] * (WARMUP_STEPS // 2))
+    assert drafter.online_speedup() == pytest.approx(1.5 / 1.4)
+    assert drafter.drafting

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 
 from babelspec.experiments.store import ExampleRecord, Store
@@ -47,3 +48,25 @@ def test_store_is_wal_and_reopens(tmp_path):
     assert again.count() == 1
     assert again.skips() == [("distill-task", "yor", "babelspec.distill is not available")]
     assert again.meta()["config"] == {"a": 1}
+
+
+def test_an_alpha_where_nothing_was_judged_is_stored_as_null_not_zero(tmp_path):
+    from types import SimpleNamespace
+
+    from babelspec.engine import GenerationResult
+    from babelspec.experiments.runner import Prompt, WorkItem, _record
+
+    # a drafter that never proposed (an n-gram table with no match, or plain decoding)
+    result = GenerationResult(token_ids=[5, 6, 7], text="abc", stop_reason="length", gamma=3, steps=3,
+                              proposed_per_step=[0, 0, 0], accepted_per_step=[0, 0, 0])
+    check = SimpleNamespace(in_language=True, language_score=1.0, classifier_language="amh",
+                            langid_language="", loop_ratio=0.0, looped=False)
+    item = WorkItem("amh", "story", 0, 0, "ng", 3)
+    rec = _record(item, result, check, Prompt(ids=[1, 2]), {("ng", "amh"): "ngram:x"}, {}, {}, 0.0)
+    assert math.isnan(rec.alpha) and math.isnan(rec.alpha_token) and math.isnan(rec.c)
+    store = Store(tmp_path / "r.sqlite")
+    store.add(rec)
+    raw = store.db.execute("SELECT alpha, alpha_token, mean_accepted_length FROM examples").fetchone()
+    assert raw == (None, None, 0.0)  # 0 accepted per step is a measurement, alpha is not
+    [back] = store.records()
+    assert math.isnan(back.alpha) and math.isnan(back.alpha_token) and back.mean_accepted_length == 0.0

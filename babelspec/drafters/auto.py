@@ -1,10 +1,12 @@
 """``auto`` / ``auto:ROUTER.json``: the drafter and gamma the router chose for the language.
 
-The router (``babelspec.experiments.router``) was built from measured speedups, per language
-and task; this drafter builds the chosen one and proposes at most the chosen gamma. It also
-watches its own acceptance during a generation: once enough steps are judged and the
-online estimate of f(a, gamma, c) falls below 1.0, it stops drafting for the rest of that
-generation, so a language the table misjudged still decodes at plain speed.
+The router (``babelspec.routing``, written by ``babelspec.experiments.router``) was built
+from measured speedups, per language and task; this drafter builds the chosen one and
+proposes at most the chosen gamma. It also watches its own acceptance during a generation:
+once enough steps are judged and the online estimate of f falls below 1.0, it stops drafting
+for the rest of that generation, so a language the table misjudged still decodes at plain
+speed. The online f uses the route's measured verification cost and draft cost (both in
+plain decode steps) and the number of tokens actually drafted per step, not gamma.
 """
 
 from __future__ import annotations
@@ -16,23 +18,22 @@ import torch
 
 from babelspec.drafters import make_drafter, register
 from babelspec.drafters.base import Draft, Drafter
+from babelspec.routing import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
+from babelspec.speedup import theoretical_speedup
 
 if TYPE_CHECKING:
-    from babelspec.experiments.router import Route
     from babelspec.target import Target
 
 WARMUP_STEPS = 8  # judged steps before the online estimate may switch drafting off
 
 
-def _speedup(alpha: float, gamma: int, c: float) -> float:
-    if alpha >= 1.0:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+def _finite_or(x: float, default: float) -> float:
+    return x if isinstance(x, (int, float)) and math.isfinite(x) else default
 
 
 class RoutedDrafter(Drafter):
-    def __init__(self, inner: Drafter | None, route: "Route", min_speedup: float = 1.0) -> None:
+    def __init__(self, inner: Drafter | None, route: Route, min_speedup: float = 1.0) -> None:
         self.inner = inner
         self.route = route
         self.min_speedup = min_speedup
@@ -44,6 +45,7 @@ class RoutedDrafter(Drafter):
         self.matched = 0
         self.rejections = 0
         self.judged_steps = 0
+        self.drafted = 0  # tokens drafted in the judged steps
         self.drafting = self.inner is not None and self.route.gamma > 0
         self._last = 0
 
@@ -67,12 +69,23 @@ class RoutedDrafter(Drafter):
             self.matched += n_accepted
             self.rejections += int(n_accepted < self._last)
             self.judged_steps += 1
+            self.drafted += self._last
         self.inner.commit(n_accepted, next_token)
-        c = self.route.c
-        if self.judged_steps >= WARMUP_STEPS and isinstance(c, float) and math.isfinite(c):
-            alpha = self.matched / max(1, self.matched + self.rejections)
-            if _speedup(alpha, self.route.gamma, c) < self.min_speedup:
-                self.drafting = False  # drafting costs more than it saves here: plain decoding
+        if self.judged_steps >= WARMUP_STEPS and self.online_speedup() < self.min_speedup:
+            self.drafting = False  # drafting costs more than it saves here: plain decoding
+
+    def online_speedup(self) -> float:
+        """f over this generation's judged steps; NaN until a step is judged or without costs.
+
+        Costs come from the route in units of a plain decode step (older router files lack
+        them: then verification counts 1 and a draft forward the route's c)."""
+        if not self.judged_steps:
+            return math.nan
+        alpha = self.matched / max(1, self.matched + self.rejections)
+        gamma = self.drafted / self.judged_steps  # tokens actually drafted per step
+        verify = _finite_or(self.route.verify_cost, 1.0)
+        draft = _finite_or(self.route.draft_cost, _finite_or(self.route.c, math.nan))
+        return theoretical_speedup(alpha, gamma, draft, verify)
 
     def forward_seconds(self) -> list[float]:
         return self.inner.forward_seconds() if self.inner is not None else []
@@ -80,8 +93,6 @@ class RoutedDrafter(Drafter):
 
 @register("auto")
 def _auto(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
-    from babelspec.experiments.router import Router, default_router_path
-
     lang = context.get("lang")
     if not lang:
         raise ValueError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")

@@ -3,8 +3,13 @@
 Speedups are measured, not modelled: each speculative example is paired with the plain
 decoding of the same prompt and seed (run next to it), and the speedup is the median over
 pairs of (plain seconds per token) / (speculative seconds per token). Per token, because
-sampled outputs differ in length. The theoretical factor f uses the paper's formula
-f = (1 - a^(g+1)) / ((1 - a)(g c + 1)) with the cell's mean a and measured c.
+sampled outputs differ in length. Each cell's speedup carries a bootstrap 95% interval over
+prompts (``bootstrap_medians``). The theoretical factor f (``babelspec.speedup``) uses the
+cell's pooled a = sum matched / sum (matched + rejections) and measured c.
+
+The headline's best setting is chosen on one half of the prompts and measured on the other
+(``held_out_split``), so the number reported is not the maximum of noisy medians it was
+chosen by (the winner's curse).
 """
 
 from __future__ import annotations
@@ -16,22 +21,26 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from babelspec.experiments.store import ExampleRecord
+from babelspec.routing import BASELINE
+from babelspec.speedup import theoretical_speedup
 
-BASELINE = "none"
 POSITION_BIN_TOKENS = 16  # output-position bins for acceptance along the generation
-
-
-def theoretical_speedup(alpha: float, gamma: int, c: float) -> float:
-    """The paper's f(a, g, c); a -> 1 is the limit (g + 1) / (g c + 1)."""
-    if gamma <= 0:
-        return 1.0
-    if alpha >= 1.0 - 1e-12:
-        return (gamma + 1) / (gamma * c + 1)
-    return (1 - alpha ** (gamma + 1)) / ((1 - alpha) * (gamma * c + 1))
+N_BOOTSTRAP = 2000  # resamples for every interval
+BOOTSTRAP_SEED = 0  # the same resamples on every run of the same store
+CellKey = tuple[str, str, str, int]  # language, task, drafter, gamma
 
 
 def _median(values: list[float]) -> float:
     return float(np.median(values)) if values else math.nan
+
+
+def _finite(x: float | None) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _nanmean(values: list[float]) -> float:
+    vals = [v for v in values if _finite(v)]
+    return float(np.mean(vals)) if vals else math.nan
 
 
 @dataclass
@@ -44,15 +53,19 @@ class SettingStats:
     gamma: int
     trained_on: str = ""
     n: int = 0
-    alpha_mean: float = math.nan
-    alpha_std: float = math.nan
-    alpha_token_mean: float = math.nan
-    mean_accepted_length: float = math.nan
+    alpha_mean: float = math.nan  # pooled: sum matched / sum (matched + rejections)
+    alpha_std: float = math.nan  # std of the per-generation alphas (NaN ones left out)
+    n_judged: int = 0  # generations with at least one judged draft token
+    alpha_token_mean: float = math.nan  # pooled: sum accepted / sum proposed
+    mean_accepted_length: float = math.nan  # pooled: sum accepted / sum steps
     c: float = math.nan  # median over examples of mean draft forward / mean target forward
     theoretical_f: float = math.nan
     speedup: float = math.nan  # measured, paired median vs plain decoding (per token)
+    speedup_low: float = math.nan  # bootstrap 95% interval over prompts (NaN under 2 prompts)
+    speedup_high: float = math.nan
     speedup_loop_free: float = math.nan
     n_pairs: int = 0
+    n_prompts: int = 0  # prompts behind the pairs
     n_pairs_loop_free: int = 0
     seconds_per_token: float = math.nan  # median wall seconds per generated token
     seconds_per_char: float = math.nan  # median wall seconds per generated character
@@ -65,6 +78,7 @@ class SettingStats:
     # Median verification forward (g + 1 tokens) over the median plain decode step: f assumes 1,
     # on a CPU with a 262k-row output head it is more. f_verify uses it in place of that 1.
     verify_cost: float = math.nan
+    draft_cost: float = math.nan  # median draft forward over the median plain decode step
     f_verify: float = math.nan
     acceptance_by_draft_position: list[float] = field(default_factory=list)
     acceptance_by_output_position: list[float] = field(default_factory=list)
@@ -116,43 +130,96 @@ def _ratio(rec: ExampleRecord, base: ExampleRecord) -> float | None:
     return (base.wall_seconds / base.n_tokens) / (rec.wall_seconds / rec.n_tokens)
 
 
+def bootstrap_medians(by_prompt: dict[int, list[float]], n_boot: int = N_BOOTSTRAP,
+                      seed: int = BOOTSTRAP_SEED) -> np.ndarray | None:
+    """``n_boot`` medians of the pairs with the prompts resampled (all seeds of a prompt
+    move together); None with fewer than 2 prompts, where no interval exists."""
+    groups = [v for v in by_prompt.values() if v]
+    if len(groups) < 2:
+        return None
+    width = max(len(g) for g in groups)
+    table = np.full((len(groups), width), np.nan)
+    for i, g in enumerate(groups):
+        table[i, : len(g)] = g
+    pick = np.random.default_rng(seed).integers(0, len(groups), size=(n_boot, len(groups)))
+    return np.nanmedian(table[pick].reshape(n_boot, -1), axis=1)
+
+
+def interval(replicates: np.ndarray | None, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of bootstrap replicates; (NaN, NaN) without them."""
+    if replicates is None or replicates.size == 0:
+        return math.nan, math.nan
+    tail = (1 - level) / 2 * 100
+    lo, hi = np.percentile(replicates, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def paired_ratios(records: list[ExampleRecord], loop_free: bool = False) -> dict[CellKey, dict[int, list[float]]]:
+    """Per speculative cell, per prompt index: plain over speculative seconds per token of
+    each (prompt, seed) pair run side by side. ``loop_free`` leaves out pairs where either
+    generation looped."""
+    baseline = {(r.language, r.task, r.prompt_index, r.seed): r for r in records if r.drafter == BASELINE}
+    out: dict[CellKey, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.drafter == BASELINE:
+            continue
+        base = baseline.get((r.language, r.task, r.prompt_index, r.seed))
+        q = _ratio(r, base) if base is not None else None
+        if q is None or (loop_free and (r.looped or base.looped)):
+            continue
+        out[(r.language, r.task, r.drafter, r.gamma)][r.prompt_index].append(q)
+    return out
+
+
+def pooled_alpha(records: list[ExampleRecord]) -> float:
+    """Sum matched / sum (matched + rejections): generations where nothing was judged add
+    nothing, instead of a 0 (or a NaN) to average."""
+    judged = sum(r.accepted + r.rejections for r in records)
+    return sum(r.accepted for r in records) / judged if judged else math.nan
+
+
+def held_out_split(records: list[ExampleRecord]) -> tuple[list[ExampleRecord], list[ExampleRecord]]:
+    """(choose, measure): even-numbered prompts choose a setting, odd-numbered ones measure it.
+
+    Split by prompt, so every seed of a prompt and its plain-decoding pair stay together."""
+    return ([r for r in records if r.prompt_index % 2 == 0],
+            [r for r in records if r.prompt_index % 2 == 1])  # fmt: skip
+
+
 def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
     """Stats of every (language, task, drafter, gamma) in ``records``, plain decoding included."""
-    groups: dict[tuple, list[ExampleRecord]] = defaultdict(list)
-    baseline: dict[tuple, ExampleRecord] = {}
+    groups: dict[CellKey, list[ExampleRecord]] = defaultdict(list)
     for r in records:
         groups[(r.language, r.task, r.drafter, r.gamma)].append(r)
-        if r.drafter == BASELINE:
-            baseline[(r.language, r.task, r.prompt_index, r.seed)] = r
+    ratios, ratios_clean = paired_ratios(records), paired_ratios(records, loop_free=True)
     out = []
-    for (lang, task, drafter, gamma), rows in sorted(groups.items()):
-        alphas = np.array([r.alpha for r in rows], dtype=np.float64)
-        cs = [r.c for r in rows if r.c and r.c > 0 and math.isfinite(r.c)]
+    for key, rows in sorted(groups.items()):
+        lang, task, drafter, gamma = key
+        cs = [r.c for r in rows if _finite(r.c) and r.c > 0]
         s = SettingStats(language=lang, task=task, drafter=drafter, gamma=gamma,
                          trained_on=rows[0].trained_on, n=len(rows))  # fmt: skip
         if drafter != BASELINE:
-            s.alpha_mean = float(alphas.mean())
-            s.alpha_std = float(alphas.std(ddof=1)) if len(alphas) > 1 else 0.0
-            s.alpha_token_mean = float(np.mean([r.alpha_token for r in rows]))
-            s.mean_accepted_length = float(np.mean([r.mean_accepted_length for r in rows]))
+            alphas = np.array([r.alpha for r in rows if _finite(r.alpha)], dtype=np.float64)
+            s.n_judged = sum(1 for r in rows if r.accepted + r.rejections > 0)
+            s.alpha_mean = pooled_alpha(rows)
+            s.alpha_std = float(alphas.std(ddof=1)) if len(alphas) > 1 else (0.0 if len(alphas) else math.nan)
+            proposed, steps = sum(r.proposed for r in rows), sum(r.steps for r in rows)
+            accepted = sum(r.accepted for r in rows)
+            s.alpha_token_mean = accepted / proposed if proposed else math.nan
+            s.mean_accepted_length = accepted / steps if steps else math.nan
             s.c = _median(cs)
             if math.isfinite(s.c):
                 s.theoretical_f = theoretical_speedup(s.alpha_mean, gamma, s.c)
-            ratios, ratios_clean = [], []
-            for r in rows:
-                base = baseline.get((lang, task, r.prompt_index, r.seed))
-                q = _ratio(r, base) if base is not None else None
-                if q is None:
-                    continue
-                ratios.append(q)
-                if not r.looped and not base.looped:
-                    ratios_clean.append(q)
-            s.speedup, s.n_pairs = _median(ratios), len(ratios)
-            s.speedup_loop_free, s.n_pairs_loop_free = _median(ratios_clean), len(ratios_clean)
+            by_prompt = ratios.get(key, {})
+            pairs = [q for v in by_prompt.values() for q in v]
+            s.speedup, s.n_pairs, s.n_prompts = _median(pairs), len(pairs), len(by_prompt)
+            s.speedup_low, s.speedup_high = interval(bootstrap_medians(by_prompt))
+            clean = [q for v in ratios_clean.get(key, {}).values() for q in v]
+            s.speedup_loop_free, s.n_pairs_loop_free = _median(clean), len(clean)
             s.acceptance_by_draft_position = _acceptance_by_draft_position(rows, gamma)
             s.acceptance_by_output_position = _acceptance_by_output_position(rows)
         else:
-            s.speedup = 1.0
+            s.speedup = s.speedup_low = s.speedup_high = 1.0
             s.speedup_loop_free = 1.0
         s.seconds_per_token = _median([r.wall_seconds / r.n_tokens for r in rows if r.n_tokens])
         s.seconds_per_char = _median([r.wall_seconds / r.n_chars for r in rows if r.n_chars])
@@ -179,11 +246,9 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
         base = plain_ms.get((s.language, s.task), math.nan)
         if s.drafter != BASELINE and math.isfinite(base) and base > 0 and math.isfinite(s.target_forward_ms):
             s.verify_cost = s.target_forward_ms / base
-            if math.isfinite(s.draft_forward_ms) and math.isfinite(s.alpha_mean):
-                c_plain = s.draft_forward_ms / base  # draft forward in units of a plain step
-                a, g = s.alpha_mean, s.gamma
-                gain = (g + 1) if a >= 1.0 - 1e-12 else (1 - a ** (g + 1)) / (1 - a)
-                s.f_verify = gain / (g * c_plain + s.verify_cost)
+            if math.isfinite(s.draft_forward_ms):
+                s.draft_cost = s.draft_forward_ms / base  # draft forward in units of a plain step
+                s.f_verify = theoretical_speedup(s.alpha_mean, s.gamma, s.draft_cost, s.verify_cost)
     return out
 
 
@@ -206,39 +271,107 @@ def best_gamma(stats: list[SettingStats]) -> dict[tuple[str, str, str], SettingS
     return best
 
 
-@dataclass
-class LanguageSummary:
-    """The headline row: per language and task, the best drafter setting."""
-
-    language: str
-    task: str
-    drafter: str
-    gamma: int
-    alpha: float
-    speedup: float
-    theoretical_f: float
-    speedup_loop_free: float
-    seconds_per_char_plain: float
-    seconds_per_char_best: float
-
-
-def language_summary(stats: list[SettingStats]) -> list[LanguageSummary]:
-    plain = {(s.language, s.task): s for s in stats if s.drafter == BASELINE}
+def _best_per_cell(stats: list[SettingStats]) -> dict[tuple[str, str], SettingStats]:
+    """Per (language, task) the speculative setting with the highest score."""
     best: dict[tuple[str, str], SettingStats] = {}
     for s in best_gamma(stats).values():
         key = (s.language, s.task)
         if key not in best or _score(s) > _score(best[key]):
             best[key] = s
+    return best
+
+
+@dataclass
+class LanguageSummary:
+    """The headline row: per language and task, the best drafter setting, chosen on the even
+    prompts and measured on the odd ones (``held_out_split``)."""
+
+    language: str
+    task: str
+    drafter: str
+    gamma: int
+    alpha: float  # pooled, on the held-out prompts
+    speedup: float  # held-out measured speedup of the chosen setting
+    speedup_low: float  # its bootstrap 95% interval over the held-out prompts
+    speedup_high: float
+    n_pairs: int  # held-out pairs
+    theoretical_f: float
+    speedup_loop_free: float
+    seconds_per_char_plain: float
+    seconds_per_char_best: float
+    selection_speedup: float = math.nan  # the same setting on the prompts that chose it
+    speedup_in_sample: float = math.nan  # max over settings of the all-prompt medians (biased up)
+
+
+def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:
+    choose, measure = held_out_split(records)
+    everything, fit, held = setting_stats(records), setting_stats(choose), setting_stats(measure)
+    plain = {(s.language, s.task): s for s in everything if s.drafter == BASELINE}
+    in_sample = _best_per_cell(everything)
+    held_index = {(s.language, s.task, s.drafter, s.gamma): s for s in held}
     out = []
-    for (lang, task), s in sorted(best.items()):
+    for (lang, task), s in sorted(_best_per_cell(fit).items()):
+        h = held_index.get((lang, task, s.drafter, s.gamma))
         p = plain.get((lang, task))
+        best = in_sample.get((lang, task))
+        nan = math.nan
         out.append(LanguageSummary(
-            language=lang, task=task, drafter=s.drafter, gamma=s.gamma, alpha=s.alpha_mean,
-            speedup=s.speedup, theoretical_f=s.theoretical_f,
-            speedup_loop_free=s.speedup_loop_free,
-            seconds_per_char_plain=p.seconds_per_char if p else math.nan,
-            seconds_per_char_best=s.seconds_per_char,
+            language=lang, task=task, drafter=s.drafter, gamma=s.gamma,
+            alpha=h.alpha_mean if h else nan, speedup=h.speedup if h else nan,
+            speedup_low=h.speedup_low if h else nan, speedup_high=h.speedup_high if h else nan,
+            n_pairs=h.n_pairs if h else 0, theoretical_f=h.theoretical_f if h else nan,
+            speedup_loop_free=h.speedup_loop_free if h else nan,
+            seconds_per_char_plain=p.seconds_per_char if p else nan,
+            seconds_per_char_best=h.seconds_per_char if h else nan,
+            selection_speedup=s.speedup, speedup_in_sample=best.speedup if best else nan,
         ))  # fmt: skip
+    return out
+
+
+def mean_speedup_interval(records: list[ExampleRecord], cells: list[CellKey]) -> tuple[float, float, float]:
+    """Mean over ``cells`` of their median measured speedup, with a bootstrap 95% interval
+    (prompts resampled within each cell); the interval is NaN where a cell has < 2 prompts.
+    A plain-decoding cell counts 1.0."""
+    ratios = paired_ratios(records)
+    medians, reps = [], []
+    for key in cells:
+        if key[2] == BASELINE:  # plain decoding: 1.0 by definition, no spread
+            medians.append(1.0)
+            reps.append(np.ones(N_BOOTSTRAP))
+            continue
+        by_prompt = ratios.get(key, {})
+        pairs = [q for v in by_prompt.values() for q in v]
+        if not pairs:
+            continue
+        medians.append(_median(pairs))
+        reps.append(bootstrap_medians(by_prompt))
+    if not medians:
+        return math.nan, math.nan, math.nan
+    mean = float(np.mean(medians))
+    if any(r is None for r in reps):
+        return mean, math.nan, math.nan
+    return (mean, *interval(np.mean(np.stack(reps), axis=0)))
+
+
+def headline(records: list[ExampleRecord], rows: list[LanguageSummary]) -> list[dict]:
+    """Per task (and "*" for all): mean and worst held-out speedup of the chosen settings,
+    each with its bootstrap 95% interval."""
+    _, measure = held_out_split(records)
+    out = []
+    for task in [*sorted({r.task for r in rows}), "*"]:
+        mine = [r for r in rows if (task == "*" or r.task == task) and _finite(r.speedup)]
+        if not mine:
+            continue
+        worst = min(mine, key=lambda r: r.speedup)
+        mean, lo, hi = mean_speedup_interval(
+            measure, [(r.language, r.task, r.drafter, r.gamma) for r in mine])
+        out.append({
+            "task": task, "cells": len(mine), "mean": mean, "mean_low": lo, "mean_high": hi,
+            "alpha_mean": float(np.nanmean([r.alpha for r in mine])),
+            "worst_language": worst.language, "worst_task": worst.task,
+            "worst_drafter": worst.drafter, "worst_gamma": worst.gamma, "worst": worst.speedup,
+            "worst_low": worst.speedup_low, "worst_high": worst.speedup_high,
+        })  # fmt: skip
     return out
 
 
@@ -254,7 +387,7 @@ def drafter_means(stats: list[SettingStats]) -> list[dict]:
         rows.append({
             "task": task, "drafter": drafter, "trained_on": cells[0].trained_on,
             "languages": len(cells),
-            "alpha_mean": float(np.mean([c.alpha_mean for c in cells])),
+            "alpha_mean": _nanmean([c.alpha_mean for c in cells]),
             "f_mean": float(np.nanmean([c.theoretical_f for c in cells])) if any(
                 math.isfinite(c.theoretical_f) for c in cells) else math.nan,
             "speedup_mean": float(np.mean(sp)) if sp else math.nan,
@@ -278,9 +411,9 @@ def cross_task_matrix(stats: list[SettingStats]) -> dict[str, dict[str, dict[str
         trained = cells[0].trained_on
         sp = [c.speedup for c in cells if math.isfinite(c.speedup)]
         out[drafter][task] = {
-            "alpha": float(np.mean([c.alpha_mean for c in cells])),
+            "alpha": _nanmean([c.alpha_mean for c in cells]),
             "speedup": float(np.mean(sp)) if sp else math.nan,
-            "f": float(np.nanmean([c.theoretical_f for c in cells])),
+            "f": _nanmean([c.theoretical_f for c in cells]),
             "in_task": (1.0 if trained == task else 0.0) if trained not in ("", "general") else math.nan,
             "languages": float(len(cells)),
         }

@@ -12,11 +12,10 @@ from typing import Any
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments.divergence import resourcedness_correlation
-from babelspec.experiments.router import Router, build_router, predicted_vs_measured
-from babelspec.experiments.store import Store
+from babelspec.experiments.router import build_router
+from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_text_atomic
-
-STORE_NAME = "results.sqlite"
+from babelspec.routing import Route, Router
 
 
 def open_store(run_dir: str | Path) -> Store:
@@ -59,11 +58,12 @@ def analyse(store: Store) -> dict[str, Any]:
     for r in records:
         specs.setdefault((r.drafter, r.language), r.drafter_spec)
     target = meta.get("target", {}).get("spec", "")
-    router = build_router(stats, specs, target=target)
-    # Predicted vs measured: fit the router on even prompts, measure on odd ones.
-    fit = agg.setting_stats([r for r in records if r.prompt_index % 2 == 0])
-    held = agg.setting_stats([r for r in records if r.prompt_index % 2 == 1])
-    router_fit = build_router(fit, specs, target=target)
+    # Chosen on the even prompts, predicted and reported from the odd ones.
+    router = build_router(records, specs, target=target)
+    languages_rows = agg.language_summary(records)
+    routed = [r for r in router.routes if r.task != "*"]
+    mean, low, high = agg.mean_speedup_interval(
+        agg.held_out_split(records)[1], [(r.language, r.task, r.drafter, r.gamma) for r in routed])
     languages = sorted({r.language for r in records})
     sizes = corpus_sizes(languages)
     divergence = store.divergence()
@@ -80,11 +80,12 @@ def analyse(store: Store) -> dict[str, Any]:
         "wall_seconds_total": agg.wall_seconds_total(records),
         "settings": [s.to_dict() for s in stats],
         "best": [s.to_dict() for s in agg.best_gamma(stats).values()],
-        "languages": [asdict(x) for x in agg.language_summary(stats)],
+        "languages": [asdict(x) for x in languages_rows],
+        "headline": agg.headline(records, languages_rows),
         "drafter_means": agg.drafter_means(stats),
         "cross_task": agg.cross_task_matrix(stats),
         "router": router.to_dict(),
-        "router_eval": [r for r in predicted_vs_measured(router_fit, held) if r["task"] != "*"],
+        "router_headline": {"mean": mean, "mean_low": low, "mean_high": high},  # held out
         "divergence": divergence,
         "divergence_correlation": correlations,
         "corpus": sizes,
@@ -135,8 +136,6 @@ def write_analysis(run_dir: str | Path, log: Callable[[str], None] = print) -> d
     slim = {k: v for k, v in result.items() if k != "forward_seconds"}
     write_json_atomic(run_dir / "analysis.json", slim)
     router = Router(**{**result["router"], "routes": []})
-    from babelspec.experiments.router import Route
-
     router.routes = [Route(**r) for r in result["router"]["routes"]]
     router.save(run_dir / "router.json")
     log(f"wrote {run_dir / 'analysis.json'} and {run_dir / 'router.json'}")

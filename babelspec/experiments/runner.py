@@ -19,11 +19,9 @@ from typing import Any
 from babelspec.experiments.checks import OutputChecker
 from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
-from babelspec.experiments.store import ExampleRecord, Key, Store
+from babelspec.experiments.store import STORE_NAME, ExampleRecord, Key, Store
 from babelspec.fileio import write_text_atomic
-
-BASELINE = "none"
-STORE_NAME = "results.sqlite"
+from babelspec.routing import BASELINE
 
 
 @dataclass
@@ -286,16 +284,14 @@ def _drop_other_languages(drafters: dict, lang: str) -> None:
 
 
 def _record(it: WorkItem, result, check, prompt: Prompt, specs, trained_on, ver, t0) -> ExampleRecord:
-    def finite(x: float) -> float:
-        return float(x) if x == x else 0.0  # NaN (nothing judged) is stored as 0
-
     return ExampleRecord(
         language=it.language, task=it.task, drafter=it.drafter, gamma=it.gamma,
         prompt_index=it.prompt_index, seed=it.seed,
-        drafter_spec="none" if it.drafter == BASELINE else specs[(it.drafter, it.language)],
+        drafter_spec=BASELINE if it.drafter == BASELINE else specs[(it.drafter, it.language)],
         trained_on=trained_on.get(it.drafter, ""),
-        alpha=finite(result.alpha), alpha_token=finite(result.alpha_token),
-        mean_accepted_length=finite(result.mean_accepted_length),
+        # NaN where nothing was judged or drafted: stored as NULL, never as 0
+        alpha=result.alpha, alpha_token=result.alpha_token,
+        mean_accepted_length=result.mean_accepted_length,
         proposed=result.proposed, accepted=result.accepted, rejections=result.rejections,
         steps=result.steps, accepted_per_step=list(result.accepted_per_step),
         proposed_per_step=list(result.proposed_per_step),
@@ -303,7 +299,7 @@ def _record(it: WorkItem, result, check, prompt: Prompt, specs, trained_on, ver,
         wall_seconds=result.wall_seconds,
         draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
         target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
-        c=finite(result.c), n_tokens=result.n_tokens, n_chars=result.n_chars,
+        c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,
         prompt_tokens=len(prompt.ids), stop_reason=result.stop_reason, text=result.text,
         in_language=check.in_language, language_score=check.language_score,
         classifier_language=check.classifier_language, langid_language=check.langid_language,
@@ -363,7 +359,7 @@ def _progress(total: int, initial: int, enabled: bool):
 
 def install_router(router_path: Path) -> Path | None:
     """Copy a run's router to where ``--drafter auto`` finds it without a file name."""
-    from babelspec.experiments.router import Router, default_router_path
+    from babelspec.routing import Router, default_router_path
 
     dest = default_router_path()
     try:  # save() re-bases drafter paths on the copy's folder, so they stay valid

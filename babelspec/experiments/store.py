@@ -9,6 +9,7 @@ resumed run skip what is done and never duplicate a row.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA_VERSION = 1
+STORE_NAME = "results.sqlite"  # the store's file name inside a run directory
 
 Key = tuple[str, str, str, int, int, int]  # language, task, drafter, gamma, prompt_index, seed
 
@@ -33,9 +35,11 @@ class ExampleRecord:
     seed: int
     drafter_spec: str = ""
     trained_on: str = ""
-    alpha: float = 0.0  # matched / (matched + rejections), the paper's definition
-    alpha_token: float = 0.0
-    mean_accepted_length: float = 0.0
+    # NaN (NULL in the database) where nothing was judged: plain decoding, or a drafter that
+    # never proposed. Aggregation pools counts instead of averaging these.
+    alpha: float = math.nan  # matched / (matched + rejections), the paper's definition
+    alpha_token: float = math.nan
+    mean_accepted_length: float = math.nan
     proposed: int = 0
     accepted: int = 0
     rejections: int = 0
@@ -47,7 +51,7 @@ class ExampleRecord:
     wall_seconds: float = 0.0
     draft_forward_seconds: list[float] = field(default_factory=list)
     target_forward_seconds: list[float] = field(default_factory=list)
-    c: float = 0.0  # mean draft forward / mean target forward of this generation
+    c: float = math.nan  # mean draft forward / mean target forward of this generation
     n_tokens: int = 0
     n_chars: int = 0
     prompt_tokens: int = 0
@@ -159,8 +163,12 @@ class Store:
             sql += " WHERE " + " AND ".join(f"{k} = ?" for k in where)
         sql += " ORDER BY language, task, prompt_index, seed, drafter, gamma"
         bools = {"in_language", "looped"}
+        floats = [f.name for f in fields(ExampleRecord) if str(f.type) == "float"]
         for row in self.db.execute(sql, tuple(where.values())):
             data = dict(zip(names, row))
+            for k in floats:  # SQLite stores NaN as NULL
+                if data[k] is None:
+                    data[k] = math.nan
             for k in _JSON_FIELDS:
                 data[k] = json.loads(data[k]) if data[k] else ([] if k != "versions" else {})
             for k in bools:

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-BASELINE = "none"
+from babelspec.routing import BASELINE  # noqa: E402
 
 
 def _png(fig) -> bytes:

@@ -1,0 +1,135 @@
+"""What the router chose, per language and task: the data types the study writes
+(``babelspec.experiments.router``) and the ``auto`` drafter reads, with their JSON file.
+
+It sits below both, so the mechanism (drafters) never imports the study (experiments).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from babelspec.fileio import write_text_atomic
+
+BASELINE = "none"  # the setting name (and drafter spec) of plain decoding
+
+ROUTER_VERSION = 1
+ANY_TASK = "*"  # the per-language route, used when the task is not known
+
+
+@dataclass
+class Route:
+    language: str
+    task: str
+    drafter: str  # setting name; BASELINE = plain decoding
+    spec: str  # drafter spec to build (BASELINE for plain decoding)
+    gamma: int
+    predicted_speedup: float  # measured on prompts the choice did not see (held out)
+    source: str  # "measured" | "theoretical" | "fallback"
+    alpha: float = math.nan
+    c: float = math.nan  # draft forward / verification forward
+    theoretical_f: float = math.nan
+    predicted_low: float = math.nan  # bootstrap 95% interval of predicted_speedup
+    predicted_high: float = math.nan
+    n_pairs: int = 0  # held-out (plain, speculative) pairs behind predicted_speedup
+    selection_speedup: float = math.nan  # the same setting on the prompts it was chosen on
+    selection_low: float = math.nan
+    selection_high: float = math.nan
+    # Verification forward (gamma + 1 tokens) and draft forward, each over a plain decode
+    # step: what the auto drafter's online f needs (NaN in older files: taken as 1 and c).
+    verify_cost: float = math.nan
+    draft_cost: float = math.nan
+
+
+@dataclass
+class Router:
+    routes: list[Route] = field(default_factory=list)
+    target: str = ""
+    min_speedup: float = 1.0
+    version: int = ROUTER_VERSION
+
+    def route(self, language: str, task: str | None = None) -> Route:
+        """The route for ``language`` and ``task``; without a task, the per-language route
+        (task ``"*"``): the setting whose worst task is best."""
+        mine = [r for r in self.routes if r.language == language]
+        if not mine:
+            known = ", ".join(sorted({r.language for r in self.routes})) or "none"
+            raise ValueError(
+                f"the router has no route for language {language!r}; it knows: {known}. "
+                f"Run `babelspec run` on a config that includes {language!r}."
+            )
+        wanted = ANY_TASK if task is None else task
+        for r in mine:
+            if r.task == wanted:
+                return r
+        known = ", ".join(sorted({r.task for r in mine}))
+        raise ValueError(f"the router has no route for {language!r} / task {task!r}; tasks: {known}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> Path:
+        """Write atomically; drafter files inside the run directory are stored relative."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = self.to_dict()
+        for r in data["routes"]:
+            r["spec"] = _relative_spec(r["spec"], path.parent)
+            for k, v in r.items():
+                if isinstance(v, float) and not math.isfinite(v):
+                    r[k] = None
+        write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Router":
+        path = Path(path)
+        if not path.is_file():
+            raise ValueError(f"router file {str(path)!r} not found; `babelspec run` writes runs/NAME/router.json")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("version") != ROUTER_VERSION:
+                raise ValueError(f"router file version {data.get('version')!r}, expected {ROUTER_VERSION}")
+            routes = []
+            names = {f.name for f in fields(Route)}
+            for r in data["routes"]:
+                r = {k: (math.nan if v is None else v) for k, v in r.items() if k in names}
+                r["spec"] = _absolute_spec(r["spec"], path.parent)
+                routes.append(Route(**r))
+        except (KeyError, TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not a babelspec router file ({exc})") from exc
+        return cls(routes=routes, target=data.get("target", ""), min_speedup=data.get("min_speedup", 1.0))
+
+
+_PATH_PREFIXES = ("ngram", "distilled")
+
+
+def _relative_spec(spec: str, base: Path) -> str:
+    prefix, _, arg = spec.partition(":")
+    if prefix in _PATH_PREFIXES and arg and Path(arg).is_absolute():
+        try:
+            return f"{prefix}:{os.path.relpath(arg, base)}"
+        except ValueError:  # another drive
+            return spec
+    return spec
+
+
+def _absolute_spec(spec: str, base: Path) -> str:
+    prefix, _, arg = spec.partition(":")
+    if prefix in _PATH_PREFIXES and arg and not Path(arg).is_absolute():
+        return f"{prefix}:{(base / arg).resolve()}"
+    return spec
+
+
+
+def default_router_path() -> Path:
+    """Where ``auto`` (no file) looks: $BABELSPEC_ROUTER, else the user cache's router.json."""
+    env = os.environ.get("BABELSPEC_ROUTER")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("babelspec")) / "router.json"

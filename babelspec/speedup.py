@@ -1,0 +1,36 @@
+"""The theoretical speedup f of speculative decoding, in one place for the engine, the study
+and the ``auto`` drafter.
+
+Leviathan et al. (2023), Thm 3.8: with acceptance rate a, gamma drafted tokens per step and
+a draft forward costing c target forwards, a step yields (1 - a^(g+1)) / (1 - a) tokens in
+expectation and costs g c + 1. The 1 assumes verifying g + 1 tokens costs one decode step;
+``verify_cost`` puts the measured ratio (verification forward / plain decode step) in its
+place, and then c should be in units of a plain decode step too.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def expected_tokens_per_step(alpha: float, gamma: float) -> float:
+    """E[tokens per verification] = (1 - a^(g+1)) / (1 - a); the limit g + 1 as a -> 1."""
+    if gamma <= 0:
+        return 1.0
+    a = min(max(alpha, 0.0), 1.0)
+    if a >= 1.0 - 1e-12:
+        return gamma + 1.0
+    return (1.0 - a ** (gamma + 1)) / (1.0 - a)
+
+
+def theoretical_speedup(alpha: float, gamma: float, c: float, verify_cost: float = 1.0) -> float:
+    """f(a, g, c, v) = (1 - a^(g+1)) / ((1 - a)(g c + v)); NaN where a, c or v is unknown.
+
+    ``gamma`` may be fractional (the mean number of tokens actually drafted per step).
+    ``gamma <= 0`` is plain decoding: 1.0.
+    """
+    if gamma <= 0:
+        return 1.0
+    if not (math.isfinite(alpha) and math.isfinite(c) and math.isfinite(verify_cost)):
+        return math.nan
+    return expected_tokens_per_step(alpha, gamma) / (gamma * c + verify_cost)
