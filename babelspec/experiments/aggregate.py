@@ -15,6 +15,7 @@ chosen by (the winner's curse).
 from __future__ import annotations
 
 import math
+import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -26,7 +27,7 @@ from babelspec.speedup import theoretical_speedup
 
 POSITION_BIN_TOKENS = 16  # output-position bins for acceptance along the generation
 N_BOOTSTRAP = 2000  # resamples for every interval
-BOOTSTRAP_SEED = 0  # the same resamples on every run of the same store
+BOOTSTRAP_SEED = 0  # with the cell's name: the same resamples on every run of the same store
 CellKey = tuple[str, str, str, int]  # language, task, drafter, gamma
 
 
@@ -145,6 +146,12 @@ def bootstrap_medians(by_prompt: dict[int, list[float]], n_boot: int = N_BOOTSTR
     return np.nanmedian(table[pick].reshape(n_boot, -1), axis=1)
 
 
+def cell_seed(key: CellKey) -> int:
+    """A fixed bootstrap seed per cell: reproducible, and independent resamples across cells
+    (their prompts are different texts), which the interval of a mean over cells assumes."""
+    return BOOTSTRAP_SEED + zlib.crc32("|".join(map(str, key)).encode())
+
+
 def interval(replicates: np.ndarray | None, level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of bootstrap replicates; (NaN, NaN) without them."""
     if replicates is None or replicates.size == 0:
@@ -213,7 +220,7 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             by_prompt = ratios.get(key, {})
             pairs = [q for v in by_prompt.values() for q in v]
             s.speedup, s.n_pairs, s.n_prompts = _median(pairs), len(pairs), len(by_prompt)
-            s.speedup_low, s.speedup_high = interval(bootstrap_medians(by_prompt))
+            s.speedup_low, s.speedup_high = interval(bootstrap_medians(by_prompt, seed=cell_seed(key)))
             clean = [q for v in ratios_clean.get(key, {}).values() for q in v]
             s.speedup_loop_free, s.n_pairs_loop_free = _median(clean), len(clean)
             s.acceptance_by_draft_position = _acceptance_by_draft_position(rows, gamma)
@@ -344,7 +351,7 @@ def mean_speedup_interval(records: list[ExampleRecord], cells: list[CellKey]) ->
         if not pairs:
             continue
         medians.append(_median(pairs))
-        reps.append(bootstrap_medians(by_prompt))
+        reps.append(bootstrap_medians(by_prompt, seed=cell_seed(key)))
     if not medians:
         return math.nan, math.nan, math.nan
     mean = float(np.mean(medians))

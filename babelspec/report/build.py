@@ -290,10 +290,12 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "phrases); n-gram drafters and distillation see far less text, and some languages have "
         "almost none (see the data table).",
         f"At most {cfg.get('max_new_tokens')} new tokens per generation and "
-        f"{cfg.get('prompts_per_cell')} prompts per cell: standard deviations are shown, "
-        "differences of a few hundredths are noise.",
-        "α follows the paper's code (matched / (matched + rejections)); f uses each cell's "
-        "measured c on this machine.",
+        f"{cfg.get('prompts_per_cell')} prompts per cell, half of them choosing the headline's "
+        "and the router's settings and half measuring them: bootstrap 95% intervals over prompts "
+        "are shown ([–] where fewer than 2 prompts leave none); differences inside them are noise.",
+        "α follows the paper's code (matched / (matched + rejections)), pooled over a cell's "
+        "generations (one that judged nothing adds nothing); f uses each cell's measured c on "
+        "this machine.",
         "Not measured: chrF or any quality score (the output distribution is the target's by "
         "construction, so quality does not depend on the drafter); GPU timings; batch sizes above 1; "
         "the paper's Qwen3.5 / Llama models (no weights offline).",
