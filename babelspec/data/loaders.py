@@ -10,6 +10,10 @@
   :func:`load_flores_pairs`)
 * Hugging Face ``datasets`` saved with ``save_to_disk`` (:func:`load_hf_dataset`; needs the
   optional ``datasets`` package)
+* the published layouts of the real evaluation sets, English-aligned (:func:`load_layout_pairs`):
+  SIB-200's FLORES-200 TSVs (``sib200``), NTREX-128 (``ntrex``), OLDI Seed (``oldi-seed``),
+  FLoRes v1 (``flores-v1``) and LASER's Tatoeba test sets (``tatoeba-laser``); the code each
+  layout uses for each of our languages is in :data:`LAYOUT_CODES`
 
 Every file may be gzip-compressed (``.gz``). Problems raise :class:`DataFormatError` naming the
 file and line and saying what to do. :func:`load_corpus` picks the loader from a source string.
@@ -254,6 +258,221 @@ def load_flores_pairs(root: str | Path, lang: str | Language, split: str = "devt
     return list(zip(en, tgt))
 
 
+# --- published layouts of real evaluation sets ------------------------------------------------
+
+# The code each layout gives each of our languages. Stand-ins, stated: ber is Kabyle (kab_Latn);
+# zgh is Central Atlas Tamazight in Tifinagh (tzm_Tfng) in FLORES-200 / SIB-200, and Standard
+# Moroccan Tamazight (zgh_Tfng) in OLDI Seed; que is Ayacucho Quechua (quy_Latn); grn is
+# Paraguayan Guarani; npi is "nep" in NTREX and "ne" in FLoRes v1. Nothing here has chr or haw.
+LAYOUT_CODES: dict[str, dict[str, str]] = {
+    "sib200": {"amh": "amh_Ethi", "ber": "kab_Latn", "grn": "grn_Latn", "ibo": "ibo_Latn",
+               "npi": "npi_Deva", "oci": "oci_Latn", "que": "quy_Latn", "yor": "yor_Latn",
+               "zgh": "tzm_Tfng", "eng": "eng_Latn"},
+    "ntrex": {"amh": "amh", "ibo": "ibo", "npi": "nep", "yor": "yor", "eng": "eng"},
+    "oldi-seed": {"grn": "grn_Latn", "zgh": "zgh_Tfng", "eng": "eng_Latn"},
+    "flores-v1": {"npi": "ne", "eng": "en"},
+    "tatoeba-laser": {"amh": "amh", "ber": "kab", "oci": "oci", "eng": "eng"},
+}
+# Splits of each layout; "all" where the set is one file per language.
+LAYOUT_SPLITS: dict[str, tuple[str, ...]] = {
+    "sib200": ("train", "dev", "test"), "ntrex": ("all",), "oldi-seed": ("all",),
+    "flores-v1": ("dev", "devtest", "test"), "tatoeba-laser": ("all",),
+}
+# What each layout's text is, for the reports.
+LAYOUT_DOMAINS: dict[str, str] = {
+    "sib200": "FLORES-200 (Wikinews, Wikijunior, Wikivoyage)", "ntrex": "news (WMT19 newstest)",
+    "oldi-seed": "Wikipedia (encyclopedic)", "flores-v1": "Wikipedia",
+    "tatoeba-laser": "Tatoeba (short conversational sentences)",
+}
+# The layout's folder under a corpora root such as ../shared/corpora, and inside it.
+_LAYOUT_DIRS: dict[str, tuple[str, str]] = {
+    "sib200": ("sib200", "data/annotated"), "ntrex": ("ntrex", "NTREX-128"),
+    "oldi-seed": ("nllb_oldi_seed", "seed"), "flores-v1": ("flores_v1", "flores_test_sets"),
+    "tatoeba-laser": ("tatoeba_laser", "data/tatoeba/v1"),
+}
+LAYOUTS = tuple(LAYOUT_CODES)
+
+
+def layout_code(layout: str, lang: str | Language) -> str:
+    """The code ``layout`` files ``lang`` under (``npi`` -> ``nep`` in NTREX); DataFormatError if absent."""
+    codes = LAYOUT_CODES[layout]
+    key = "eng" if str(lang).lower() in ("eng", "en", "english") else get_language(lang).code
+    if key not in codes:
+        held = ", ".join(c for c in codes if c != "eng")
+        raise DataFormatError(f"{layout} has no {get_language(key).name} ({key}); it holds: {held}")
+    return codes[key]
+
+
+def layout_dir(layout: str, root: str | Path) -> Path:
+    """The folder holding the layout's files, given it, the set's folder or a corpora root."""
+    root = Path(root)
+    top, inner = _LAYOUT_DIRS[layout]
+    for cand in (root / top / inner, root / inner, root):
+        if cand.is_dir() and _layout_files(layout, cand):
+            return cand
+    raise DataFormatError(
+        f"{root}: no {layout} files here; expected {top}/{inner}/ (or the folder itself) with "
+        f"{_layout_pattern(layout)}"
+    )
+
+
+def _layout_pattern(layout: str) -> str:
+    return {"sib200": "<lang_Script>/{train,dev,test}.tsv", "ntrex": "newstest2019-{src.eng,ref.LANG}.txt",
+            "oldi-seed": "one file per language named eng_Latn, grn_Latn, ...",
+            "flores-v1": "wikipedia.{dev,devtest,test}.ne-en.{ne,en}",
+            "tatoeba-laser": "tatoeba.LANG-eng.{LANG,eng}"}[layout]
+
+
+def _layout_files(layout: str, folder: Path) -> list[Path]:
+    if layout == "sib200":
+        return sorted(folder.glob("*_*/test.tsv"))
+    if layout == "ntrex":
+        return sorted(folder.glob("newstest2019-*.txt"))
+    if layout == "oldi-seed":
+        return [folder / c for c in ("eng_Latn", "grn_Latn", "zgh_Tfng") if (folder / c).is_file()]
+    if layout == "flores-v1":
+        return sorted(folder.glob("wikipedia.*.*-en.*"))
+    return sorted(folder.glob("tatoeba.*-eng.*"))
+
+
+def _check_split(layout: str, split: str) -> str:
+    if split not in LAYOUT_SPLITS[layout]:
+        raise DataFormatError(
+            f"{layout} has no split {split!r}; its splits: {', '.join(LAYOUT_SPLITS[layout])}"
+        )
+    return split
+
+
+def layout_file(layout: str, root: str | Path, lang: str | Language, split: str) -> Path:
+    """The file of one language and split of a layout (which need not exist yet)."""
+    folder, code = layout_dir(layout, root), layout_code(layout, lang)
+    _check_split(layout, split)
+    if layout == "sib200":
+        return folder / code / f"{split}.tsv"
+    if layout == "ntrex":
+        return folder / ("newstest2019-src.eng.txt" if code == "eng" else f"newstest2019-ref.{code}.txt")
+    if layout == "oldi-seed":
+        if code == "grn_Latn" and not (folder / code).exists() and (folder / "gug_Latn").exists():
+            return folder / "gug_Latn"  # renamed in later Seed releases, same content
+        return folder / code
+    if layout == "flores-v1":
+        return folder / f"wikipedia.{split}.ne-en.{code}"
+    if code == "eng":
+        raise DataFormatError(f"{folder}: tatoeba-laser keeps one English file per language pair; "
+                              f"ask for the pairs of a language instead")
+    return folder / f"tatoeba.{code}-eng.{code}"
+
+
+def _aligned_lines(path: Path, encoding: str = "utf-8") -> list[str]:
+    """Every line of a line-aligned file; a blank line inside breaks the alignment and is an error."""
+    lines = [t for _, t in _lines(path, encoding=encoding)]
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            raise DataFormatError(
+                f"{path}:{number}: blank line in a line-aligned file (line N of every language "
+                f"translates line N of English); remove the line here and in its parallel files"
+            )
+    return _nonempty(path, [t.strip() for t in lines], "sentences")
+
+
+def load_sib200_rows(root: str | Path, lang: str | Language, split: str = "test", *,
+                     encoding: str = "utf-8") -> list[tuple[str, str, str]]:
+    """(index_id, category, text) rows of one SIB-200 ``<lang_Script>/<split>.tsv``."""
+    path = layout_file("sib200", root, lang, split)
+    out: list[tuple[str, str, str]] = []
+    seen: dict[str, int] = {}
+    for number, line in _lines(path, encoding=encoding):
+        if number == 1:
+            if line.split("\t") != ["index_id", "category", "text"]:
+                raise DataFormatError(
+                    f"{path}:1: expected the header 'index_id<TAB>category<TAB>text', found {line[:60]!r}"
+                )
+            continue
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) != 3:
+            raise DataFormatError(
+                f"{path}:{number}: expected 3 tab-separated columns (index_id, category, text), "
+                f"found {len(cols)}; a tab inside a sentence must be removed"
+            )
+        index_id, category, text = (c.strip() for c in cols)
+        if not index_id.isdigit():
+            raise DataFormatError(f"{path}:{number}: index_id {index_id!r} is not a number")
+        if not text:
+            raise DataFormatError(f"{path}:{number}: empty text for index_id {index_id}")
+        if index_id in seen:
+            raise DataFormatError(f"{path}:{number}: index_id {index_id} repeats line {seen[index_id]}")
+        seen[index_id] = number
+        out.append((index_id, category, text))
+    return _nonempty(path, out, "rows")
+
+
+def load_layout(layout: str, root: str | Path, lang: str | Language, split: str, *,
+                encoding: str = "utf-8") -> list[str]:
+    """One language's sentences of a layout's split, in file order."""
+    if layout == "sib200":
+        return [text for _, _, text in load_sib200_rows(root, lang, split, encoding=encoding)]
+    return _aligned_lines(layout_file(layout, root, lang, split), encoding)
+
+
+def load_layout_pairs(layout: str, root: str | Path, lang: str | Language, split: str, *,
+                      encoding: str = "utf-8") -> list[dict]:
+    """English-aligned records ``{"id", "en", "text", "source", "domain", "sent"}`` of a split.
+
+    SIB-200 rows are joined on ``index_id`` with ``eng_Latn`` (every id must be on both sides);
+    the other layouts are line-aligned (both files must have the same number of lines).
+    """
+    domain = LAYOUT_DOMAINS[layout]
+    if layout == "sib200":
+        tgt = load_sib200_rows(root, lang, split, encoding=encoding)
+        en_path = layout_file(layout, root, "eng", split)
+        en = {i: t for i, _, t in load_sib200_rows(root, "eng", split, encoding=encoding)}
+        tgt_path = layout_file(layout, root, lang, split)
+        missing = [i for i, _, _ in tgt if i not in en]
+        if missing or len(en) != len(tgt):
+            extra = sorted(set(en) - {i for i, _, _ in tgt}, key=int)
+            raise DataFormatError(
+                f"{tgt_path} and {en_path} do not join on index_id: "
+                + (f"ids {', '.join(missing[:5])} only in the first" if missing else "")
+                + ("; " if missing and extra else "")
+                + (f"ids {', '.join(extra[:5])} only in the second" if extra else "")
+                + "; both files must hold the same sentences"
+            )
+        return [{"id": i, "en": en[i], "text": t, "source": layout, "domain": f"{domain}: {cat}",
+                 "sent": True} for i, cat, t in tgt]
+    tgt_path = layout_file(layout, root, lang, split)
+    if layout == "tatoeba-laser":
+        en_path = tgt_path.with_name(tgt_path.name.rsplit(".", 1)[0] + ".eng")
+    else:
+        en_path = layout_file(layout, root, "eng", split)
+    tgt, en = _aligned_lines(tgt_path, encoding), _aligned_lines(en_path, encoding)
+    if len(tgt) != len(en):
+        raise DataFormatError(
+            f"{tgt_path} has {len(tgt)} lines but {en_path} has {len(en)}; the files must be "
+            f"line-aligned (line N translates line N)"
+        )
+    return [{"id": str(n), "en": e, "text": t, "source": layout, "domain": domain, "sent": True}
+            for n, (e, t) in enumerate(zip(en, tgt), start=1)]
+
+
+def layout_languages(layout: str, root: str | Path) -> list[str]:
+    """Our language codes whose files are present in a layout folder."""
+    out = []
+    for code in LAYOUT_CODES[layout]:
+        if code == "eng":
+            continue
+        try:
+            split = LAYOUT_SPLITS[layout][-1]
+            if layout_file(layout, root, code, split).is_file():
+                out.append(code)
+        except DataFormatError:
+            continue
+    return out
+
+
 def load_hf_dataset(path: str | Path, field: str = "text", split: str | None = None) -> list[str]:
     """The string ``field`` of a Hugging Face dataset saved with ``save_to_disk``."""
     try:
@@ -284,7 +503,7 @@ def load_hf_dataset(path: str | Path, field: str = "text", split: str | None = N
     return _nonempty(path, out, f"rows with {field!r}")
 
 
-FORMATS = ("text", "jsonl", "tatoeba", "tatoeba-sentences", "leipzig", "flores", "hf", "bundled")
+FORMATS = ("text", "jsonl", "tatoeba", "tatoeba-sentences", "leipzig", "flores", "hf", "bundled", *LAYOUTS)
 
 
 def detect_format(path: Path) -> str:
@@ -353,4 +572,9 @@ def load_corpus(source: str | Path, *, lang: str | Language | None = None, split
         return load_flores(path, lang, "dev" if split == "train" else "devtest")
     if fmt == "hf":
         return load_hf_dataset(path, field)
+    if fmt in LAYOUTS:
+        if lang is None:
+            raise DataFormatError(f"{path}: a {fmt} folder holds several languages; pass lang=")
+        splits = LAYOUT_SPLITS[fmt]
+        return load_layout(fmt, path, lang, "all" if split not in splits and "all" in splits else split)
     raise AssertionError(fmt)

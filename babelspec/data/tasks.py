@@ -95,13 +95,23 @@ def render_chat(tokenizer: Any, user_message: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class PromptData:
+    """Translation prompts from other text than the bundled splits (a run's ``[data]`` section):
+    English-aligned records (``en``, ``text``, ``source``, ``domain``, ``sent``) to translate
+    and to take few-shot examples from. Shots equal to a test sentence on either side are dropped."""
+
+    test: list[dict]
+    shots: list[dict]
+
+
 class Task(ABC):
     name: str = ""
     description: str = ""
 
     @abstractmethod
     def prompts(self, lang: str | Language, tokenizer: Any, n: int, *, split: str = "test",
-                chat: bool | None = None, seed: int = 0) -> list[Prompt]:
+                chat: bool | None = None, seed: int = 0, data: PromptData | None = None) -> list[Prompt]:
         """Up to ``n`` prompts for ``lang`` (fewer when the split holds fewer items)."""
 
 
@@ -116,6 +126,10 @@ def _check_n(n: int) -> None:
         raise ValueError(f"n must be a positive integer, got {n!r}")
 
 
+def _norm(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
 # --- translation ------------------------------------------------------------------------------
 
 MAX_SHOT_CHARS = 220  # keep few-shot examples short so the prompt stays a few hundred tokens
@@ -128,26 +142,32 @@ class TranslationTask(Task):
     description = "English → language translation of parallel test sentences"
     shots = 4
 
-    def _shot_pool(self, lang: Language) -> dict[str, list[tuple[str, str]]]:
-        """Few-shot candidates by domain: short sentence-like train pairs."""
+    def _shot_pool(self, lang: Language, records: list[dict] | None = None) -> dict[str, list[tuple[str, str]]]:
+        """Few-shot candidates by domain: short sentence-like train pairs (or ``records``)."""
         pool: dict[str, list[tuple[str, str]]] = {}
-        for r in corpus.parallel_records(lang, "train"):
+        records = corpus.parallel_records(lang, "train") if records is None else records
+        for r in records:
             if r.get("sent") and len(r["en"]) <= MAX_SHOT_CHARS and len(r["text"]) <= 2 * MAX_SHOT_CHARS:
                 pool.setdefault(r["domain"], []).append((r["en"], r["text"]))
         if sum(len(v) for v in pool.values()) < self.shots:  # languages with almost nothing
-            pool = {"any": sorted(corpus.parallel(lang, "train"), key=lambda p: len(p[0]))[: 4 * self.shots]}
+            pairs = [(r["en"], r["text"]) for r in records]
+            pool = {"any": sorted(pairs, key=lambda p: len(p[0]))[: 4 * self.shots]}
         return pool
 
     def prompts(self, lang: str | Language, tokenizer: Any, n: int, *, split: str = "test",
-                chat: bool | None = None, seed: int = 0) -> list[Prompt]:
+                chat: bool | None = None, seed: int = 0, data: PromptData | None = None) -> list[Prompt]:
         _check_n(n)
         language = get_language(lang)
-        items = corpus.parallel_records(language, split)
+        items = corpus.parallel_records(language, split) if data is None else data.test
         rng = random.Random(f"translation:{language.code}:{split}:{seed}")
         order = list(range(len(items)))
         rng.shuffle(order)
         use_chat = uses_chat(tokenizer, chat)
-        pool = self._shot_pool(language) if not use_chat else {}
+        shot_records = None
+        if data is not None:  # never a test sentence among the shots, on either side
+            seen = {_norm(r["en"]) for r in data.test} | {_norm(r["text"]) for r in data.test}
+            shot_records = [r for r in data.shots if _norm(r["en"]) not in seen and _norm(r["text"]) not in seen]
+        pool = self._shot_pool(language, shot_records) if not use_chat else {}
         everything = [p for v in pool.values() for p in v]
         out = []
         for index in order[:n]:
@@ -225,7 +245,9 @@ class StoryTask(Task):
         return fits or sorted(texts, key=len)[:1]
 
     def prompts(self, lang: str | Language, tokenizer: Any, n: int, *, split: str = "test",
-                chat: bool | None = None, seed: int = 0) -> list[Prompt]:
+                chat: bool | None = None, seed: int = 0, data: PromptData | None = None) -> list[Prompt]:
+        # ``data`` is not used: topics are English and shared by all languages, and the opener
+        # paragraph stays a bundled UDHR train paragraph.
         _check_n(n)
         language = get_language(lang)
         corpus._check_split(split)

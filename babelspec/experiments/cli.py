@@ -11,6 +11,7 @@ def run_command(
     out: Path = typer.Option(..., "--out", "-o", help="Run directory, e.g. runs/demo (resumed if it exists)."),
     config: Path = typer.Option(None, "--config", "-c", help="An experiment TOML file (see configs/)."),
     profile: str = typer.Option(None, "--profile", "-p", help="A shipped profile: quick or full (default quick)."),
+    data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (e.g. ../shared/corpora)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (logs only)."),
     install_router: bool = typer.Option(True, help="Also install the run's router where `--drafter auto` finds it."),
 ) -> None:
@@ -18,7 +19,7 @@ def run_command(
     from babelspec.experiments.config import ConfigError, load_config
 
     try:
-        cfg = load_config(config, profile)
+        cfg = load_config(config, profile, data_root=data_root)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config/--profile") from exc
     from babelspec.experiments.runner import install_router as install, run_experiment

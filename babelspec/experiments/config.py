@@ -81,6 +81,37 @@ class DivergenceSection:
 
 
 @dataclass
+class LanguageData:
+    """Where one language's text comes from (source strings, see ``babelspec.data.sources``)."""
+
+    test: str = "bundled@test"  # translation test sentences (English-aligned)
+    shots: str = "bundled@train"  # few-shot examples of the translation prompts (English-aligned)
+    monolingual: list[str] = field(default_factory=lambda: ["bundled@train"])  # n-grams, distillation
+
+
+@dataclass
+class DataSection:
+    """``[data]``: ``root`` (or ``--data-root``) and one ``[data.LANG]`` table per language that
+    does not use the bundled dataset. Sentences of the test source never reach the few-shot
+    examples or the monolingual text (the runner drops exact repeats)."""
+
+    root: str = ""  # folder relative source paths resolve against
+    languages: dict[str, LanguageData] = field(default_factory=dict)
+
+    def for_language(self, lang: str) -> LanguageData:
+        return self.languages.get(lang, LanguageData())
+
+    def sources(self, lang: str):
+        """(test, shots, monolingual) of ``lang`` as resolved ``Source`` objects."""
+        from babelspec.data.sources import parse_source
+
+        d = self.for_language(lang)
+        test, shots = parse_source(d.test).resolve(self.root), parse_source(d.shots).resolve(self.root)
+        mono = tuple(parse_source(m).resolve(self.root) for m in d.monolingual)
+        return test, shots, mono
+
+
+@dataclass
 class ExperimentConfig:
     name: str = "experiment"
     description: str = ""
@@ -98,6 +129,7 @@ class ExperimentConfig:
     sampling: SamplingSection = field(default_factory=SamplingSection)
     checks: ChecksSection = field(default_factory=ChecksSection)
     divergence: DivergenceSection = field(default_factory=DivergenceSection)
+    data: DataSection = field(default_factory=DataSection)
     source: str = ""  # where the config was read from (informational)
 
     def sampling_config(self, seed: int):
@@ -217,6 +249,8 @@ def config_from_dict(data: dict, source: str = "") -> ExperimentConfig:
                 raise ConfigError(f"{where}: [{key}] must be a table")
             _check_keys(value, _SECTIONS[key], f"{where} [{key}]")
             kwargs[key] = _SECTIONS[key](**value)
+        elif key == "data":
+            kwargs[key] = _parse_data(value, where)
         elif key == "drafters":
             if not isinstance(value, list):
                 raise ConfigError(f"{where}: drafters must be an array of tables [[drafters]]")
@@ -226,6 +260,51 @@ def config_from_dict(data: dict, source: str = "") -> ExperimentConfig:
     cfg = ExperimentConfig(**kwargs, source=source)
     validate(cfg)
     return cfg
+
+
+def _parse_data(raw: Any, where: str) -> DataSection:
+    from babelspec.data.sources import PARALLEL_FORMATS, parse_source
+
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: [data] must be a table")
+    root = raw.get("root", "")
+    if not isinstance(root, str):
+        raise ConfigError(f"{where}: [data] root must be a folder path string")
+    langs: dict[str, LanguageData] = {}
+    for name, table in raw.items():
+        if name == "root":
+            continue
+        at = f"{where} [data.{name}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{at}: expected a table of test, shots, monolingual (or the key root)")
+        code = _language(name, at)
+        _check_keys(table, LanguageData, at)
+        mono = table.get("monolingual", ["bundled@train"])
+        if isinstance(mono, str):
+            mono = [mono]
+        if not isinstance(mono, list) or not mono:
+            raise ConfigError(f"{at}: monolingual must be a non-empty list of sources")
+        d = LanguageData(test=str(table.get("test", "bundled@test")),
+                         shots=str(table.get("shots", "bundled@train")), monolingual=[str(m) for m in mono])
+        try:
+            test, shots = parse_source(d.test), parse_source(d.shots)
+            monos = [parse_source(m) for m in d.monolingual]
+        except ValueError as exc:
+            raise ConfigError(f"{at}: {exc}") from None
+        for key, src in (("test", test), ("shots", shots)):
+            if src.format not in PARALLEL_FORMATS:
+                raise ConfigError(f"{at}: {key} = {d.test if key == 'test' else d.shots!r} has no English "
+                                  f"side; use one of {', '.join(PARALLEL_FORMATS)}")
+        # Never overlapping: few-shot examples and training text come from other sentences.
+        if shots.same_text(test):
+            raise ConfigError(f"{at}: shots and test are the same sentences ({test}); take the "
+                              f"few-shot examples from another split (e.g. @dev)")
+        for m in monos:
+            if m.same_text(test):
+                raise ConfigError(f"{at}: monolingual source {m} is the test split; count n-grams "
+                                  f"and distil on train splits or other sets, never on the test")
+        langs[code] = d
+    return DataSection(root=root, languages=langs)
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -325,8 +404,13 @@ def profile_path(profile: str) -> Path:
     )
 
 
-def load_config(path: str | Path | None = None, profile: str | None = None) -> ExperimentConfig:
-    """Read a config file, or a named profile (``quick`` when neither is given)."""
+def load_config(path: str | Path | None = None, profile: str | None = None,
+                data_root: str | Path | None = None) -> ExperimentConfig:
+    """Read a config file, or a named profile (``quick`` when neither is given).
+
+    ``data_root`` (``--data-root``) overrides ``[data] root``; a relative ``[data] root`` is
+    relative to the config file.
+    """
     if path is not None and profile is not None:
         raise ConfigError("give either a config file or a profile, not both")
     file = Path(path) if path is not None else profile_path(profile or "quick")
@@ -339,6 +423,17 @@ def load_config(path: str | Path | None = None, profile: str | None = None) -> E
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{file}: not UTF-8 text: {exc}") from exc
     cfg = config_from_dict(data, source=str(file))
+    if data_root is not None:
+        cfg.data.root = str(Path(data_root).resolve())
+    elif cfg.data.root and not Path(cfg.data.root).is_absolute():
+        cfg.data.root = str((file.parent / cfg.data.root).resolve())
+    if cfg.data.root and not Path(cfg.data.root).is_dir():
+        raise ConfigError(f"data root {cfg.data.root!r} is not a folder; pass --data-root DIR")
+    try:
+        for lang in cfg.languages:
+            cfg.data.sources(lang)  # relative sources need a root
+    except ValueError as exc:
+        raise ConfigError(f"{file}: [data.{lang}]: {exc}") from None
     # Relative paths (a local model directory, a distillation config) are relative to the file.
     target = Path(cfg.target)
     if not target.is_absolute() and (file.parent / target).is_dir():
@@ -366,6 +461,14 @@ def dump_toml(cfg: ExperimentConfig) -> str:
         for k, v in data[section].items():
             if v is not None:
                 lines.append(f"{k} = {_toml_value(v)}")
+    section = data["data"]
+    lines.append("\n[data]")
+    if section["root"]:
+        lines.append(f"root = {_toml_value(section['root'])}")
+    for lang, d in section["languages"].items():
+        lines.append(f"\n[data.{lang}]")
+        for k, v in d.items():
+            lines.append(f"{k} = {_toml_value(v)}")
     for d in data["drafters"]:
         lines.append("\n[[drafters]]")
         options = d.pop("options")

@@ -32,13 +32,28 @@ class PrepareRequest:
     target: Any  # babelspec.target.Target (its tokenizer and model)
     artifacts: Path  # folder for this kind's files
     log: Callable[[str], None] = print
+    data: Any = None  # the run's DataSection (config.py); None = the bundled dataset
+
+    def corpus_sources(self) -> tuple:
+        """The monolingual sources this setting trains on: the ``[data]`` section's, or the
+        bundled train split when the setting says ``corpus = "bundled"`` (or there is no section)."""
+        from babelspec.data.sources import parse_source
+
+        which = self.setting.options.get("corpus", "data")
+        if which not in ("data", "bundled"):
+            raise DrafterUnavailable(f"corpus must be 'data' (the [data] section's) or 'bundled', got {which!r}")
+        if which == "bundled" or self.data is None:
+            return (parse_source("bundled@train"),)
+        return self.data.sources(self.language)[2]
 
     def artifact_path(self, suffix: str) -> Path:
         """A file or folder name keyed by everything that determines the artifact."""
-        key = json.dumps(
-            {"target": self.target_spec, "lang": self.language, "kind": self.setting.kind,
-             "options": self.setting.options}, sort_keys=True,
-        )  # fmt: skip
+        fields = {"target": self.target_spec, "lang": self.language, "kind": self.setting.kind,
+                  "options": self.setting.options}
+        sources = [str(s) for s in self.corpus_sources()]
+        if sources != ["bundled@train"]:
+            fields["corpus"] = sources
+        key = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         return self.artifacts / f"{self.setting.name}-{self.language}-{digest}{suffix}"
 
@@ -73,19 +88,27 @@ def _require(module: str, what: str) -> Any:
         raise DrafterUnavailable(f"{what} needs `{module}`, which is not available ({exc})") from exc
 
 
-def _monolingual_train(lang: str) -> list[str]:
-    corpus = _require("babelspec.data.corpus", "training on the bundled corpus")
+def _monolingual_train(req: PrepareRequest) -> list[str]:
+    """The setting's monolingual text for the language, without any sentence of its test source."""
+    sources = _require("babelspec.data.sources", "training on a corpus")
+    lang, texts = req.language, []
     try:
-        texts = corpus.monolingual(lang, "train")
+        for src in req.corpus_sources():
+            texts += sources.monolingual_texts(src, lang)
+        if req.data is not None:
+            test = req.data.sources(lang)[0]
+            texts, dropped = sources.without(texts, [r["text"] for r in sources.parallel_records(test, lang)])
+            if dropped:
+                req.log(f"{req.setting.name} {lang}: dropped {dropped} training texts that are test sentences")
     except (ValueError, OSError) as exc:
-        raise DrafterUnavailable(f"no bundled monolingual train text for {lang}: {exc}") from exc
+        raise DrafterUnavailable(f"no monolingual train text for {lang}: {exc}") from exc
     if not texts:
-        raise DrafterUnavailable(f"the bundled monolingual train split of {lang} is empty")
-    return list(texts)
+        raise DrafterUnavailable(f"the monolingual train text of {lang} is empty")
+    return list(dict.fromkeys(texts))
 
 
 # Options of a kind = "ngram" setting: counting (``CountConfig``) or drafting (the spec's
-# ``,name=value`` options, ``NgramDraftConfig``).
+# ``,name=value`` options, ``NgramDraftConfig``); ``corpus`` picks the text (see corpus_sources).
 _NGRAM_COUNT_OPTIONS = ("order", "min_count", "max_continuations")
 
 
@@ -94,18 +117,19 @@ def _prepare_ngram(req: PrepareRequest) -> str:
     """Count an n-gram file on the language's monolingual train split with the target's tokenizer."""
     ngram = _require("babelspec.ngram", "the n-gram drafter")
     options = dict(req.setting.options)
+    options.pop("corpus", None)
     count = {k: options.pop(k) for k in list(options) if k in _NGRAM_COUNT_OPTIONS}
     suffix = "".join(f",{k}={v}" for k, v in sorted(options.items()))
     path = req.artifact_path(".ngram")
     if not path.is_file():
-        texts = _monolingual_train(req.language)
+        texts = _monolingual_train(req)
         try:
             config = ngram.CountConfig(**count)
         except (TypeError, ValueError) as exc:
             raise DrafterUnavailable(f"bad n-gram options {count}: {exc}") from exc
         req.log(f"counting {req.setting.name} for {req.language} on {len(texts)} texts")
         model = ngram.train(texts, req.target.tokenizer, config,
-                            corpus_name=f"babelspec:{req.language}:monolingual-train")  # fmt: skip
+                            corpus_name=f"{req.language}:" + "+".join(str(s) for s in req.corpus_sources()))  # fmt: skip
         model.save(path)
     return f"ngram:{path}{suffix}"
 

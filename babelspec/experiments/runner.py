@@ -78,12 +78,13 @@ def load_run_target(spec: str):
     return load_target(spec)
 
 
-def task_prompts(task: str, lang: str, tokenizer, n: int) -> list[Prompt]:
-    """``n`` prompts of a task for a language, as token ids with their stop strings."""
+def task_prompts(task: str, lang: str, tokenizer, n: int, data=None) -> list[Prompt]:
+    """``n`` prompts of a task for a language, as token ids with their stop strings; ``data``
+    (the config's ``[data]`` section) says which sentences, when it has a table for ``lang``."""
     from babelspec.data.tasks import get_task
 
     out = []
-    for p in get_task(task).prompts(lang, tokenizer, n):
+    for p in get_task(task).prompts(lang, tokenizer, n, data=prompt_data(data, lang)):
         ids = _first_attr(p, ("token_ids", "ids", "input_ids"))
         text = _first_attr(p, ("text", "prompt")) if not isinstance(p, str) else p
         if ids is None:  # a chat template may already have put the BOS token in the text
@@ -93,6 +94,17 @@ def task_prompts(task: str, lang: str, tokenizer, n: int) -> list[Prompt]:
         stops = _first_attr(p, ("stop_strings", "stop")) or ()
         out.append(Prompt(ids=list(ids), stop_strings=tuple(stops), text=text or ""))
     return out
+
+
+def prompt_data(data, lang: str):
+    """The test and few-shot records of ``lang`` from a ``[data]`` section (None: bundled)."""
+    if data is None or lang not in data.languages:
+        return None
+    from babelspec.data.sources import parallel_records
+    from babelspec.data.tasks import PromptData
+
+    test, shots, _ = data.sources(lang)
+    return PromptData(test=parallel_records(test, lang), shots=parallel_records(shots, lang))
 
 
 def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
@@ -166,7 +178,7 @@ def run_experiment(
             try:
                 if setting.prepared:
                     req = PrepareRequest(setting, lang, cfg.target, target,
-                                         artifacts / setting.kind, log=log)  # fmt: skip
+                                         artifacts / setting.kind, log=log, data=cfg.data)  # fmt: skip
                     specs[(setting.name, lang)] = prepare(req)
                 else:
                     specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
@@ -204,7 +216,7 @@ def run_experiment(
         for it in todo:
             key = (it.language, it.task)
             if key not in prompts:
-                prompts[key] = task_prompts(it.task, it.language, tokenizer, cfg.prompts_per_cell)
+                prompts[key] = task_prompts(it.task, it.language, tokenizer, cfg.prompts_per_cell, cfg.data)
             if it.prompt_index >= len(prompts[key]):
                 bar.update(1)
                 continue  # the task has fewer prompts for this language than asked
@@ -323,7 +335,9 @@ def _divergence(cfg: ExperimentConfig, store: Store, target, specs, log) -> None
         try:
             from babelspec.data import corpus
 
-            texts = corpus.monolingual(lang, "test")[: cfg.divergence.texts_per_language]
+            held_out = prompt_data(cfg.data, lang)  # the [data] test sentences, else bundled test
+            texts = [r["text"] for r in held_out.test] if held_out else corpus.monolingual(lang, "test")
+            texts = texts[: cfg.divergence.texts_per_language]
         except (ImportError, ValueError, OSError) as exc:
             log(f"divergence: no held-out text for {lang}: {exc}")
             continue

@@ -1,0 +1,128 @@
+"""Where a language's text comes from: source strings of a run's ``[data]`` section.
+
+A source is ``FORMAT:PATH@SPLIT`` (``sib200:sib200@test``, ``ntrex:ntrex``,
+``text:hornmt/data/amh.txt``) or ``bundled@SPLIT`` (the committed dataset). A relative PATH is
+resolved against the data root (``--data-root``); the language is the section's. Parallel
+sources (translation prompts, few-shot examples) give English-aligned records; any source gives
+monolingual text (n-gram counting, distillation).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from babelspec.data import corpus
+from babelspec.data.languages import get_language
+from babelspec.data.loaders import (
+    FORMATS,
+    LAYOUT_SPLITS,
+    LAYOUTS,
+    DataFormatError,
+    load_corpus,
+    load_flores_pairs,
+    load_layout_pairs,
+    load_tatoeba_pairs,
+)
+
+PARALLEL_FORMATS = ("bundled", "flores", "tatoeba", *LAYOUTS)
+
+
+@dataclass(frozen=True)
+class Source:
+    format: str  # one of loaders.FORMATS
+    path: str  # "" for bundled; as written (relative to the data root) otherwise
+    split: str  # the split asked for; "" where the format has none
+
+    def __str__(self) -> str:
+        head = "bundled" if self.format == "bundled" else f"{self.format}:{self.path}"
+        return f"{head}@{self.split}" if self.split else head
+
+    def resolve(self, root: str | Path | None) -> "Source":
+        """The same source with its path made absolute against ``root``."""
+        if self.format == "bundled" or Path(self.path).is_absolute():
+            return self
+        if not root:
+            raise DataFormatError(
+                f"source {self} has a relative path but no data root was given; pass --data-root "
+                f"(e.g. --data-root ../shared/corpora) or write an absolute path"
+            )
+        return Source(self.format, str((Path(root) / self.path).resolve()), self.split)
+
+    def same_text(self, other: "Source") -> bool:
+        """True when both name the same file(s) and split: the same sentences."""
+        return (self.format, self.path.rstrip("/"), self.split) == (other.format, other.path.rstrip("/"), other.split)
+
+
+_SOURCE = re.compile(r"^(?P<fmt>[a-z][a-z0-9-]*)(?::(?P<path>[^@]+))?(?:@(?P<split>[a-z]+))?$")
+
+
+def parse_source(text: str) -> Source:
+    """A source string as a :class:`Source`; ValueError saying the accepted forms."""
+    m = _SOURCE.match(str(text).strip())
+    forms = "bundled@train, bundled@test, FORMAT:PATH or FORMAT:PATH@SPLIT"
+    if not m or m["fmt"] not in FORMATS:
+        raise ValueError(f"source {text!r}: expected {forms} with FORMAT one of {', '.join(FORMATS)}")
+    fmt, path, split = m["fmt"], m["path"] or "", m["split"] or ""
+    if fmt == "bundled":
+        if path:
+            raise ValueError(f"source {text!r}: the bundled dataset takes no path; write bundled@{split or 'train'}")
+        split = split or "train"
+        if split not in corpus.SPLITS:
+            raise ValueError(f"source {text!r}: the bundled splits are {', '.join(corpus.SPLITS)}")
+    elif not path:
+        raise ValueError(f"source {text!r}: {fmt} needs a path, {fmt}:PATH")
+    if fmt in LAYOUTS:
+        splits = LAYOUT_SPLITS[fmt]
+        split = split or ("all" if "all" in splits else "")
+        if split not in splits:
+            raise ValueError(f"source {text!r}: {fmt} splits are {', '.join(splits)}; write {fmt}:{path}@SPLIT")
+    if fmt == "flores":
+        split = split or "devtest"
+        if split not in ("dev", "devtest"):
+            raise ValueError(f"source {text!r}: FLORES splits are dev and devtest")
+    return Source(fmt, path, split)
+
+
+def parallel_records(source: Source, lang: str) -> list[dict]:
+    """English-aligned records ``{"en", "text", "source", "domain", "sent"}`` of a resolved source."""
+    code = get_language(lang).code
+    if source.format == "bundled":
+        return corpus.parallel_records(code, source.split)
+    if source.format in LAYOUTS:
+        return load_layout_pairs(source.format, source.path, code, source.split)
+    if source.format == "flores":
+        pairs = load_flores_pairs(source.path, code, source.split)
+        domain = "FLORES"
+    elif source.format == "tatoeba":
+        pairs = load_tatoeba_pairs(source.path)
+        domain = "Tatoeba"
+    else:
+        raise DataFormatError(
+            f"source {source}: {source.format} holds no English side; translation prompts and "
+            f"few-shot examples need one of {', '.join(PARALLEL_FORMATS)}"
+        )
+    return [{"en": en, "text": t, "source": source.format, "domain": domain, "sent": True} for en, t in pairs]
+
+
+def monolingual_texts(source: Source, lang: str) -> list[str]:
+    """Target-language texts of a resolved source."""
+    code = get_language(lang).code
+    if source.format == "bundled":
+        return corpus.monolingual(code, source.split)
+    return load_corpus(f"{source.format}:{source.path}", lang=code, split=source.split or "train")
+
+
+def _key(text: str) -> str:
+    return " ".join(text.split()).casefold()
+
+
+def without(texts: list[str], held_out: list[str]) -> tuple[list[str], int]:
+    """``texts`` minus any that equal (whitespace and case aside) a held-out text, and how many went."""
+    banned = {_key(t) for t in held_out}
+    kept = [t for t in texts if _key(t) not in banned]
+    return kept, len(texts) - len(kept)
+
+
+__all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "without"]
