@@ -44,12 +44,17 @@ def _count_tokens(tokenizer, texts: list[str]) -> int:
 def list_cmd(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Count tokens under this tokenizer (path or preset)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+    data_root: Optional[Path] = typer.Option(None, "--data-root",
+                                             help="List the real sets in their published layouts under this folder instead of the bundled data."),
 ) -> None:
     """Per language and source: texts, words (and tokens), domain; train/test sizes."""
     from babelspec.data.corpus import count_words, records
     from babelspec.data.languages import LANGUAGES
 
     tok = _tokenizer(tokenizer) if tokenizer else None
+    if data_root is not None:
+        _list_real(data_root, tok, as_json)
+        return
     rows = []
     for code, lang in LANGUAGES.items():
         recs = records(code)
@@ -89,6 +94,47 @@ def list_cmd(
         toks = str(row.get("tokens", ""))
         typer.echo(f"{row['lang']:5} {row['source']:12} {row['texts']:>7} {row['words']:>8} {toks:>8} "
                    f"{row['pairs']:>7} {row['train']:>7} {row['test']:>5}  {row['domain']}")
+
+
+def _list_real(root: Path, tok, as_json: bool) -> None:
+    from babelspec.data.languages import LANGUAGES
+    from babelspec.data.loaders import DataFormatError, layout_catalogue
+
+    if not root.is_dir():
+        raise typer.BadParameter(f"{root} is not a folder", param_hint="--data-root")
+    try:
+        rows = layout_catalogue(root)
+    except DataFormatError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(1) from None
+    if tok is not None:
+        from babelspec.data.loaders import load_layout
+
+        for row in rows:
+            row["tokens"] = _count_tokens(tok, load_layout(row["layout"], root, row["lang"], row["split"]))
+    missing = [c for c in LANGUAGES if not any(r["lang"] == c for r in rows)]
+    if as_json:
+        typer.echo(json.dumps({"root": str(root), "sets": rows, "languages_without_a_set": missing},
+                              ensure_ascii=False))
+        return
+    if not rows:
+        typer.echo(f"{root}: no set in a known layout (sib200, ntrex, oldi-seed, flores-v1, tatoeba-laser)")
+        return
+    tok_col = "tokens" if tok is not None else ""
+    typer.echo(f"{'lang':5} {'source':14} {'code':9} {'split':8} {'sentences':>9} {'words':>8} "
+               f"{tok_col:>8} {'en words':>8}  domain")
+    for code in LANGUAGES:
+        mine = [r for r in rows if r["lang"] == code]
+        for r in mine:
+            typer.echo(f"{code:5} {r['layout']:14} {r['code']:9} {r['split']:8} {r['sentences']:>9,} "
+                       f"{r['words']:>8,} {str(r.get('tokens', '')):>8} {r['english_words']:>8,}  {r['domain']}")
+        if mine:
+            typer.echo(f"{code:5} {'total':14} {'':9} {'':8} {sum(r['sentences'] for r in mine):>9,} "
+                       f"{sum(r['words'] for r in mine):>8,}")
+            typer.echo("")
+    if missing:
+        typer.echo(f"no set here for: {', '.join(missing)} (nothing openly licensed holds chr or haw)")
+    typer.echo("words: whitespace/Ethiopic-punctuation separated tokens with a letter (target side)")
 
 
 @data_app.command("show")

@@ -12,7 +12,8 @@
   optional ``datasets`` package)
 * the published layouts of the real evaluation sets, English-aligned (:func:`load_layout_pairs`):
   SIB-200's FLORES-200 TSVs (``sib200``), NTREX-128 (``ntrex``), OLDI Seed (``oldi-seed``),
-  FLoRes v1 (``flores-v1``) and LASER's Tatoeba test sets (``tatoeba-laser``); the code each
+  FLoRes v1 (``flores-v1``), LASER's Tatoeba test sets (``tatoeba-laser``) and HornMT
+  (``hornmt``); the code each
   layout uses for each of our languages is in :data:`LAYOUT_CODES`
 
 Every file may be gzip-compressed (``.gz``). Problems raise :class:`DataFormatError` naming the
@@ -272,23 +273,24 @@ LAYOUT_CODES: dict[str, dict[str, str]] = {
     "oldi-seed": {"grn": "grn_Latn", "zgh": "zgh_Tfng", "eng": "eng_Latn"},
     "flores-v1": {"npi": "ne", "eng": "en"},
     "tatoeba-laser": {"amh": "amh", "ber": "kab", "oci": "oci", "eng": "eng"},
+    "hornmt": {"amh": "amh", "eng": "eng"},
 }
 # Splits of each layout; "all" where the set is one file per language.
 LAYOUT_SPLITS: dict[str, tuple[str, ...]] = {
     "sib200": ("train", "dev", "test"), "ntrex": ("all",), "oldi-seed": ("all",),
-    "flores-v1": ("dev", "devtest", "test"), "tatoeba-laser": ("all",),
+    "flores-v1": ("dev", "devtest", "test"), "tatoeba-laser": ("all",), "hornmt": ("all",),
 }
 # What each layout's text is, for the reports.
 LAYOUT_DOMAINS: dict[str, str] = {
     "sib200": "FLORES-200 (Wikinews, Wikijunior, Wikivoyage)", "ntrex": "news (WMT19 newstest)",
     "oldi-seed": "Wikipedia (encyclopedic)", "flores-v1": "Wikipedia",
-    "tatoeba-laser": "Tatoeba (short conversational sentences)",
+    "tatoeba-laser": "Tatoeba (short conversational sentences)", "hornmt": "news (HornMT)",
 }
 # The layout's folder under a corpora root such as ../shared/corpora, and inside it.
 _LAYOUT_DIRS: dict[str, tuple[str, str]] = {
     "sib200": ("sib200", "data/annotated"), "ntrex": ("ntrex", "NTREX-128"),
     "oldi-seed": ("nllb_oldi_seed", "seed"), "flores-v1": ("flores_v1", "flores_test_sets"),
-    "tatoeba-laser": ("tatoeba_laser", "data/tatoeba/v1"),
+    "tatoeba-laser": ("tatoeba_laser", "data/tatoeba/v1"), "hornmt": ("hornmt", "data"),
 }
 LAYOUTS = tuple(LAYOUT_CODES)
 
@@ -320,7 +322,7 @@ def _layout_pattern(layout: str) -> str:
     return {"sib200": "<lang_Script>/{train,dev,test}.tsv", "ntrex": "newstest2019-{src.eng,ref.LANG}.txt",
             "oldi-seed": "one file per language named eng_Latn, grn_Latn, ...",
             "flores-v1": "wikipedia.{dev,devtest,test}.ne-en.{ne,en}",
-            "tatoeba-laser": "tatoeba.LANG-eng.{LANG,eng}"}[layout]
+            "tatoeba-laser": "tatoeba.LANG-eng.{LANG,eng}", "hornmt": "amh.txt, eng.txt"}[layout]
 
 
 def _layout_files(layout: str, folder: Path) -> list[Path]:
@@ -332,6 +334,8 @@ def _layout_files(layout: str, folder: Path) -> list[Path]:
         return [folder / c for c in ("eng_Latn", "grn_Latn", "zgh_Tfng") if (folder / c).is_file()]
     if layout == "flores-v1":
         return sorted(folder.glob("wikipedia.*.*-en.*"))
+    if layout == "hornmt":
+        return [p for p in (folder / "eng.txt",) if p.is_file()]
     return sorted(folder.glob("tatoeba.*-eng.*"))
 
 
@@ -357,6 +361,8 @@ def layout_file(layout: str, root: str | Path, lang: str | Language, split: str)
         return folder / code
     if layout == "flores-v1":
         return folder / f"wikipedia.{split}.ne-en.{code}"
+    if layout == "hornmt":
+        return folder / f"{code}.txt"
     if code == "eng":
         raise DataFormatError(f"{folder}: tatoeba-laser keeps one English file per language pair; "
                               f"ask for the pairs of a language instead")
@@ -471,6 +477,30 @@ def layout_languages(layout: str, root: str | Path) -> list[str]:
         except DataFormatError:
             continue
     return out
+
+
+def layout_catalogue(root: str | Path) -> list[dict]:
+    """Per language, layout and split under a corpora root: sentences and words (both sides).
+
+    A layout absent from ``root`` is left out; a broken file raises DataFormatError.
+    """
+    from babelspec.data.corpus import count_words
+
+    rows = []
+    for layout in LAYOUTS:
+        try:
+            layout_dir(layout, root)
+        except DataFormatError:
+            continue
+        for lang in layout_languages(layout, root):
+            for split in LAYOUT_SPLITS[layout]:
+                recs = load_layout_pairs(layout, root, lang, split)
+                rows.append({"lang": lang, "layout": layout, "code": layout_code(layout, lang),
+                             "split": split, "sentences": len(recs),
+                             "words": sum(count_words(r["text"]) for r in recs),
+                             "english_words": sum(count_words(r["en"]) for r in recs),
+                             "domain": LAYOUT_DOMAINS[layout]})
+    return rows
 
 
 def load_hf_dataset(path: str | Path, field: str = "text", split: str | None = None) -> list[str]:
