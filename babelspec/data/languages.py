@@ -30,60 +30,60 @@ class Language:
 
 _LANGS = [
     Language(
-        "amh", "Amharic", "Ethi", ("am", "amharic"),
+        "amh", "Amharic", "Ethi", ("am", "amharic", "amh_ethi"),
         "UDHR; LibreOffice UI strings (large); CLDR emoji names. Words are separated by Ethiopic "
         "punctuation (፡ ።) as well as spaces.",
         udhr="amh", locales=("am",), cldr="am", endonym="አማርኛ",
     ),
     Language(
-        "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "tzm"),
+        "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "tzm", "kab_latn"),
         "Kabyle stands in for Latin-script Berber: UDHR (Kabyle) and Firefox/Thunderbird/GNOME UI "
         "strings. For Tifinagh Berber see zgh.",
         udhr="071", locales=("kab",), cldr="", endonym="Taqbaylit",
     ),
     Language(
-        "chr", "Cherokee", "Cher", ("chr_cased", "cherokee"),
+        "chr", "Cherokee", "Cher", ("chr_cased", "cherokee", "chr_cher"),
         "Almost nothing: UDHR (one document), CLDR emoji names and ~100 country names; no running "
         "text or UI strings.",
         udhr="chr_cased", locales=("chr",), cldr="chr", endonym="ᏣᎳᎩ",
     ),
     Language(
-        "grn", "Guarani", "Latn", ("gn", "gug", "guarani", "guaraní"),
+        "grn", "Guarani", "Latn", ("gn", "gug", "guarani", "guaraní", "grn_latn", "gug_latn"),
         "UDHR (Paraguayan Guarani); LibreOffice and Firefox UI strings.",
         udhr="gug", locales=("gug", "gn"), cldr="", endonym="avañe’ẽ",
     ),
     Language(
-        "haw", "Hawaiian", "Latn", ("hawaiian",),
+        "haw", "Hawaiian", "Latn", ("hawaiian", "haw_latn"),
         "Almost nothing: UDHR (one document) and ~20 country names only.",
         udhr="haw", locales=("haw",), cldr="haw", endonym="ʻŌlelo Hawaiʻi",
     ),
     Language(
-        "ibo", "Igbo", "Latn", ("ig", "igbo"),
+        "ibo", "Igbo", "Latn", ("ig", "igbo", "ibo_latn"),
         "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
         udhr="ibo", locales=("ig",), cldr="ig", endonym="Asụsụ Igbo",
     ),
     Language(
-        "npi", "Nepali", "Deva", ("ne", "nep", "ne-np", "ne_np", "nepali"),
+        "npi", "Nepali", "Deva", ("ne", "nep", "ne-np", "ne_np", "nepali", "npi_deva"),
         "UDHR; LibreOffice, Firefox and GNOME UI strings (large); CLDR emoji names; country names.",
         udhr="nep", locales=("ne", "ne-NP"), cldr="ne", endonym="नेपाली",
     ),
     Language(
-        "oci", "Occitan", "Latn", ("oc", "occitan", "lnc"),
+        "oci", "Occitan", "Latn", ("oc", "occitan", "lnc", "oci_latn"),
         "UDHR (Languedocien); LibreOffice, Firefox and GNOME UI strings (the largest set here).",
         udhr="lnc", locales=("oc",), cldr="oc", endonym="occitan",
     ),
     Language(
-        "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua"),
+        "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua", "quy_latn"),
         "Almost nothing: UDHR (Cusco Quechua, one document) and CLDR emoji names only.",
         udhr="quz", locales=("qu", "quz"), cldr="qu", endonym="Runasimi",
     ),
     Language(
-        "yor", "Yoruba", "Latn", ("yo", "yoruba", "yorùbá"),
+        "yor", "Yoruba", "Latn", ("yo", "yoruba", "yorùbá", "yor_latn"),
         "Little: UDHR, a few hundred GNOME/MATE UI strings, CLDR emoji names, country names.",
         udhr="yor", locales=("yo",), cldr="yo", endonym="Èdè Yorùbá",
     ),
     Language(
-        "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm_tfng"),
+        "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm_tfng", "zgh_tfng"),
         "Almost nothing: UDHR (Tifinagh, one document) only.",
         udhr="zgh", locales=("zgh",), cldr="zgh", endonym="ⵜⴰⵎⴰⵣⵉⵖⵜ",
     ),

@@ -1,0 +1,69 @@
+"""The real sets in ../shared/corpora (or $BABELSPEC_CORPORA), read in place: counts and
+alignment of each layout, and configs/real.toml's sources never overlapping. Skipped where the
+folder is absent (the sets are never copied into the repository)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from babelspec.data.loaders import LAYOUT_CODES, layout_file, load_layout, load_layout_pairs, load_sib200_rows
+
+REPO = Path(__file__).resolve().parents[1]
+CORPORA = Path(os.environ.get("BABELSPEC_CORPORA") or REPO.parent / "shared" / "corpora")
+pytestmark = pytest.mark.skipif(not CORPORA.is_dir(), reason=f"no real corpora at {CORPORA} (set BABELSPEC_CORPORA)")
+
+SIB_LANGS = ["amh", "ber", "grn", "ibo", "npi", "oci", "que", "yor", "zgh"]
+
+
+def test_sib200_counts_and_index_id_alignment() -> None:
+    eng = {s: [i for i, _, _ in load_sib200_rows(CORPORA, "eng", s)] for s in ("train", "dev", "test")}
+    assert {s: len(v) for s, v in eng.items()} == {"train": 701, "dev": 99, "test": 204}
+    assert not set(eng["train"]) & set(eng["dev"]) and not set(eng["dev"]) & set(eng["test"])
+    for lang in SIB_LANGS:
+        for split, ids in eng.items():
+            recs = load_layout_pairs("sib200", CORPORA, lang, split)
+            assert [r["id"] for r in recs] == ids, (lang, split)  # same ids, same order
+    # one sentence checked by hand: the English and Kabyle of the first dev row
+    first = load_layout_pairs("sib200", CORPORA, "ber", "dev")[0]
+    assert first["en"].startswith("With the change from the quarter") and first["text"].startswith("S ubeddel")
+
+
+@pytest.mark.parametrize("layout, lang, split, n", [
+    ("ntrex", "amh", "all", 1997), ("ntrex", "ibo", "all", 1997), ("ntrex", "npi", "all", 1997),
+    ("ntrex", "yor", "all", 1997), ("oldi-seed", "grn", "all", 6193), ("oldi-seed", "zgh", "all", 6193),
+    ("flores-v1", "npi", "dev", 2559), ("flores-v1", "npi", "devtest", 2835), ("flores-v1", "npi", "test", 2924),
+    ("tatoeba-laser", "amh", "all", 168), ("tatoeba-laser", "ber", "all", 1000),
+    ("tatoeba-laser", "oci", "all", 1000), ("hornmt", "amh", "all", 2030),
+])  # fmt: skip
+def test_line_aligned_counts(layout: str, lang: str, split: str, n: int) -> None:
+    recs = load_layout_pairs(layout, CORPORA, lang, split)
+    assert len(recs) == n and all(r["en"] and r["text"] for r in recs)
+
+
+def test_codes_name_the_published_files() -> None:
+    assert layout_file("ntrex", CORPORA, "npi", "all").name == "newstest2019-ref.nep.txt"
+    assert layout_file("sib200", CORPORA, "zgh", "test").parent.name == "tzm_Tfng"
+    assert layout_file("oldi-seed", CORPORA, "zgh", "all").name == "zgh_Tfng"
+    for lang in LAYOUT_CODES["sib200"]:
+        if lang != "eng":
+            assert load_layout("sib200", CORPORA, lang, "test")
+
+
+def test_real_config_never_overlaps() -> None:
+    from babelspec.data.sources import monolingual_texts, parallel_records, without
+    from babelspec.experiments.config import load_config
+
+    cfg = load_config(REPO / "configs" / "real.toml", data_root=CORPORA)
+    assert cfg.languages == SIB_LANGS
+    for lang in ("grn", "npi", "zgh"):  # the three with the most training text
+        test, shots, mono = cfg.data.sources(lang)
+        test_texts = [r["text"] for r in parallel_records(test, lang)]
+        shot_texts = [r["text"] for r in parallel_records(shots, lang)]
+        assert (len(test_texts), len(shot_texts)) == (204, 99)
+        assert not set(test_texts) & set(shot_texts)
+        training = [t for s in mono for t in monolingual_texts(s, lang)]
+        kept, _ = without(training, test_texts)
+        assert len(kept) > 6000 and not set(kept) & set(test_texts)
