@@ -120,3 +120,25 @@ def test_training_text_follows_the_setting_and_never_holds_a_test_sentence(tmp_p
 
     assert _monolingual_train(ui)[:50] == [t for t in monolingual("ber", "train") if t != KAB[4]][:50]
     assert ui.artifact_path(".ngram").name != real.artifact_path(".ngram").name
+
+
+def test_report_says_which_text_each_number_came_from(tmp_path: Path, root: Path) -> None:
+    from babelspec.data.sources import provenance
+    from babelspec.report.blocks import to_markdown
+    from babelspec.report.provenance import provenance_blocks
+
+    cfg = config(tmp_path, REAL, root)
+    data = provenance(cfg.to_dict())
+    ber = data["ber"]
+    assert ber["test"] == {"sources": ["sib200:sib200@test"], "domains": [ber["test"]["domains"][0]],
+                           "sentences": 1, "words": 3}
+    assert ber["settings"]["bigram-real"]["sentences"] == 4  # train 3 + dev 1, no test sentence
+    assert ber["settings"]["bigram-ui"]["sources"] == ["bundled@train"]
+    assert data["npi"]["test"]["sources"] == ["bundled@test"]
+    settings = [{"language": "ber", "task": "translation", "gamma": 3, "drafter": d, "alpha_mean": al,
+                 "alpha_std": 0.1, "speedup": sp, "n_pairs": 3} for d, al, sp in
+                (("bigram-ui", 0.2, 0.9), ("bigram-real", 0.4, 1.1))]
+    md = to_markdown(provenance_blocks({"data": data, "settings": settings}))
+    assert "sib200:sib200@train, sib200:sib200@dev: 4 texts, 10 words (FLORES-200" in md
+    assert "| ber | translation | 3 | 0.40 ± 0.10 | 1.10x (n=3) | 0.20 ± 0.10 | 0.90x (n=3) |" in md
+    assert provenance_blocks({"data": {}}) == []

@@ -114,6 +114,16 @@ def monolingual_texts(source: Source, lang: str) -> list[str]:
     return load_corpus(f"{source.format}:{source.path}", lang=code, split=source.split or "train")
 
 
+BUNDLED_DOMAIN = "bundled: software UI strings, UDHR, CLDR names"
+
+
+def domain(fmt: str) -> str:
+    """What text a source format holds, for the reports."""
+    from babelspec.data.loaders import LAYOUT_DOMAINS
+
+    return BUNDLED_DOMAIN if fmt == "bundled" else LAYOUT_DOMAINS.get(fmt, f"{fmt} file")
+
+
 def _key(text: str) -> str:
     return " ".join(text.split()).casefold()
 
@@ -126,3 +136,48 @@ def without(texts: list[str], held_out: list[str]) -> tuple[list[str], int]:
 
 
 __all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "without"]
+
+
+def provenance(config: dict) -> dict[str, dict]:
+    """Per language of a run's config (as stored, ``ExperimentConfig.to_dict()``): which text the
+    test prompts, the few-shot examples and each prepared drafter setting came from, with sizes.
+
+    ``{lang: {"test": {"source", "sentences", "words"}, "shots": {...},
+    "settings": {name: {"sources": [...], "texts", "words"}}}}``; a source that cannot be read
+    (the data root moved) is reported with ``"error"`` instead of sizes.
+    """
+    from babelspec.data.corpus import count_words
+
+    data = config.get("data") or {}
+    root, tables = data.get("root", ""), data.get("languages", {})
+    out: dict[str, dict] = {}
+
+    def sized(sources: list[str], lang: str, parallel: bool, held_out: list[str] = ()) -> dict:
+        entry: dict = {"sources": sources, "domains": [domain(parse_source(s).format) for s in sources]}
+        try:
+            texts: list[str] = []
+            for s in sources:
+                src = parse_source(s).resolve(root)
+                texts += [r["text"] for r in parallel_records(src, lang)] if parallel else monolingual_texts(src, lang)
+        except (ValueError, OSError) as exc:
+            return {**entry, "error": str(exc)}
+        texts = without(list(dict.fromkeys(texts)), list(held_out))[0]  # as the preparer trains
+        return {**entry, "sentences": len(texts), "words": sum(count_words(t) for t in texts), "texts": texts}
+
+    for lang in config.get("languages", []):
+        table = tables.get(lang, {})
+        test = table.get("test", "bundled@test")
+        row = {"test": sized([test], lang, True), "shots": sized([table.get("shots", "bundled@train")], lang, True),
+               "settings": {}}
+        held_out = row["test"].pop("texts", []) if lang in tables else []
+        row["shots"].pop("texts", None)
+        for d in config.get("drafters", []):
+            if d.get("kind") != "ngram" or (d.get("languages") and lang not in d["languages"]):
+                continue  # distillation reads the bundled corpus (babelspec.distill.data)
+            corpus_opt = d.get("options", {}).get("corpus", "data")
+            sources = ["bundled@train"] if corpus_opt == "bundled" else table.get("monolingual", ["bundled@train"])
+            entry = sized(list(sources), lang, False, held_out)
+            entry.pop("texts", None)
+            row["settings"][d["name"]] = entry
+        out[lang] = row
+    return out

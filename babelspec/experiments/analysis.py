@@ -49,6 +49,15 @@ def corpus_sizes(languages: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _provenance(config: dict) -> dict[str, Any]:
+    """Which text every prompt and drafter of the run came from (``babelspec.data.sources``)."""
+    if not config.get("data", {}).get("languages"):
+        return {}  # the bundled dataset throughout: the corpus table says it all
+    from babelspec.data.sources import provenance
+
+    return provenance(config)
+
+
 def analyse(store: Store) -> dict[str, Any]:
     records = store.records()
     stats = agg.setting_stats(records)
@@ -89,6 +98,7 @@ def analyse(store: Store) -> dict[str, Any]:
         "divergence": divergence,
         "divergence_correlation": correlations,
         "corpus": sizes,
+        "data": _provenance(meta.get("config", {})),
         "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
         "forward_seconds": _forward_samples(records),
     }

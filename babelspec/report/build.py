@@ -9,6 +9,7 @@ from typing import Any
 
 from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
+from babelspec.report.provenance import provenance_blocks
 from babelspec.fileio import write_bytes_atomic, write_text_atomic
 
 # The paper's means over 11 languages (Qwen3.5-9B verifier, 0.8B drafter), for comparison only.
@@ -273,6 +274,8 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     for name, png, caption in figure_specs:
         if png is not None:
             blocks.append(Figure(name, png, caption))
+
+    blocks += provenance_blocks(a)  # runs with a [data] section: the text behind every number
 
     # --- data, caveats, what was not measured ---
     blocks.append(Heading("Data, caveats and what was not measured"))
