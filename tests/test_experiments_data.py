@@ -142,3 +142,14 @@ def test_report_says_which_text_each_number_came_from(tmp_path: Path, root: Path
     assert "sib200:sib200@train, sib200:sib200@dev: 4 texts, 10 words (FLORES-200" in md
     assert "| ber | translation | 3 | 0.40 ± 0.10 | 1.10x (n=3) | 0.20 ± 0.10 | 0.90x (n=3) |" in md
     assert provenance_blocks({"data": {}}) == []
+
+
+def test_run_cli_needs_the_data_root(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from babelspec.cli import app
+
+    path = write(tmp_path / "run.toml", REAL)
+    res = CliRunner().invoke(app, ["run", "--config", str(path), "-o", str(tmp_path / "run")])
+    assert res.exit_code == 2 and "pass --data-root" in res.output
+    assert not (tmp_path / "run").exists()  # nothing started
