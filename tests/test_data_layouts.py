@@ -218,3 +218,11 @@ def test_data_list_cli(root: Path) -> None:
     write(root / "sib200/data/annotated/kab_Latn/dev.tsv", "index_id\tcategory\ttext\n4\tx\n")
     res = CliRunner().invoke(app, ["data", "list", "--data-root", str(root)])
     assert res.exit_code == 1 and "kab_Latn/dev.tsv:2: expected 3 tab-separated columns" in res.output
+
+
+def test_a_set_folder_is_recognised(root: Path) -> None:
+    from babelspec.data.loaders import detect_format
+
+    assert [detect_format(root / d) for d in ("sib200", "ntrex", "nllb_oldi_seed", "flores_v1")] == [
+        "sib200", "ntrex", "oldi-seed", "flores-v1"]
+    assert load_corpus(root / "ntrex", lang="npi")[0] == "बिरालो सुत्छ।"

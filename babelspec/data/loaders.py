@@ -546,6 +546,10 @@ def detect_format(path: Path) -> str:
             return "flores"
         if any(path.rglob("*-sentences.txt")):
             return "leipzig"
+        for layout in LAYOUTS:  # the set's own folder (a corpora root holds several: name one)
+            top, inner = _LAYOUT_DIRS[layout]
+            if any(c.is_dir() and _layout_files(layout, c) for c in (path / inner, path)):
+                return layout
         raise DataFormatError(f"{path}: cannot tell the format of this folder; use FORMAT:PATH with one of {', '.join(FORMATS)}")
     if name.endswith(("-sentences.txt", ".tar.gz", ".tgz")):
         return "leipzig"
