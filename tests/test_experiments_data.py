@@ -136,11 +136,12 @@ def test_report_says_which_text_each_number_came_from(tmp_path: Path, root: Path
     assert ber["settings"]["bigram-ui"]["sources"] == ["bundled@train"]
     assert data["npi"]["test"]["sources"] == ["bundled@test"]
     settings = [{"language": "ber", "task": "translation", "gamma": 3, "drafter": d, "alpha_mean": al,
-                 "alpha_std": 0.1, "speedup": sp, "n_pairs": 3} for d, al, sp in
+                 "alpha_std": 0.1, "speedup": sp, "speedup_low": sp - 0.2, "speedup_high": sp + 0.1,
+                 "n_prompts": 3} for d, al, sp in
                 (("bigram-ui", 0.2, 0.9), ("bigram-real", 0.4, 1.1))]
     md = to_markdown(provenance_blocks({"data": data, "settings": settings}))
     assert "sib200:sib200@train, sib200:sib200@dev: 4 texts, 10 words (FLORES-200" in md
-    assert "| ber | translation | 3 | 0.40 ± 0.10 | 1.10x (n=3) | 0.20 ± 0.10 | 0.90x (n=3) |" in md
+    assert "| ber | translation | 3 | 0.40 ± 0.10 | 1.10x [0.90, 1.20] (n=3) | 0.20 ± 0.10 | 0.90x [0.70, 1.00] (n=3) |" in md
     assert provenance_blocks({"data": {}}) == []
 
 
