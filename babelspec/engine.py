@@ -9,10 +9,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
-from babelspec.drafters.base import Draft, Drafter, SparseProbs
-from babelspec.sampling import SamplingConfig, Warped, residual, sample, warp
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.speedup import theoretical_speedup
 from babelspec.target import Target
 
@@ -114,40 +115,23 @@ def validate_request(
         raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
 
 
-def accept_or_reject(
-    q: Warped | torch.Tensor, draft: Draft, generator: torch.Generator
-) -> tuple[int, int]:
+def accept_or_reject(q: Probs, draft: Draft, generator: torch.Generator) -> tuple[int, int]:
     """Judge the drafted tokens against the target's distributions ``q`` (k + 1 rows).
 
     Returns (number accepted, next token): the correction after a rejection, else a bonus
     token from the last row. Lossless for any draft distribution the tokens were drawn from.
     """
-    if isinstance(q, torch.Tensor):
-        q = Warped(q, None, q.shape[1])
     k = len(draft)
+    u = torch.rand(k + 1, generator=generator, dtype=torch.float64).numpy()  # k judgements, one draw
     if k:
-        tokens = draft.tokens
+        tokens = draft.tokens.numpy()
         q_tok = q.prob_of(tokens)  # q: target prob of each drafted token
-        if draft.probs is None:  # point mass: p(x) = 1, so accept with prob q(x)
-            p_tok = torch.ones(k)
-        elif isinstance(draft.probs, SparseProbs):
-            p_tok = draft.probs.prob_of(tokens)
-        else:
-            p_tok = draft.probs[torch.arange(k), tokens]
-        u = torch.rand(k, generator=generator)
-        # accept with prob min(1, q/p); q >= p: always accepted (u < 1)
-        rejected = (u * p_tok >= q_tok).nonzero()
+        p_tok = draft.probs.prob_of(tokens)  # p: draft prob (1 for a point mass)
+        rejected = np.flatnonzero(u[:k] * p_tok >= q_tok)  # accept with prob min(1, q/p)
         if len(rejected):
-            n = int(rejected[0, 0])
-            if draft.probs is None:
-                p_row = torch.zeros(q.vocab_size)
-                p_row[tokens[n]] = 1.0
-            elif isinstance(draft.probs, SparseProbs):
-                p_row = draft.probs.dense_row(n, q.vocab_size)
-            else:
-                p_row = draft.probs[n].float()
-            return n, int(sample(residual(q.dense_row(n), p_row)[None], generator)[0])
-    return k, int(q.sample(generator, slice(k, k + 1))[0])
+            n = int(rejected[0])
+            return n, q.draw_residual(n, draft.probs, float(u[k]))
+    return k, q.draw(k, float(u[k]))
 
 
 def generate(

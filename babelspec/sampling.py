@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
 
@@ -47,70 +48,171 @@ class SamplingConfig:
         return asdict(self)
 
 
-def apply_repetition_penalty(
-    logits: torch.Tensor, sequence: torch.Tensor, first_position: int, penalty: float, window: int
-) -> torch.Tensor:
-    """Penalise, in row i, the tokens among the ``window`` tokens before ``first_position + i``.
+def _as_numpy(x, dtype) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    x = np.asarray(x, dtype=dtype)
+    return x[None] if x.ndim == 1 else x
 
-    ``sequence`` holds the token ids the rows condition on (at least up to the last row's
-    position). A token seen several times is penalised once, as in Hugging Face's processor.
-    """
-    if penalty == 1.0 or window == 0:
-        return logits
-    n = logits.shape[0]
-    if first_position >= window:  # the usual case: every row has a full window
-        window_ids = sequence[first_position - window : first_position + n - 1].unfold(0, window, 1)
-    else:
-        ends = torch.arange(first_position, first_position + n)  # row i predicts position ends[i]
-        positions = ends[:, None] + torch.arange(-window, 0)[None, :]  # [n, window]
-        # Positions before the sequence start repeat the row's first valid token (no effect).
-        positions = positions.clamp(min=0)
-        window_ids = sequence[positions.to(sequence.device)]
-    window_ids = window_ids.to(logits.device)
-    picked = logits.gather(1, window_ids)
-    picked = torch.where(picked > 0, picked / penalty, picked * penalty)
-    return logits.scatter(1, window_ids, picked)
+
+def _draw(probs: np.ndarray, u: float) -> int:
+    """Index drawn from the (unnormalised) row ``probs`` by inverting its CDF at ``u`` in [0, 1).
+
+    The first entry whose cumulative mass exceeds u * total: never an entry of probability 0."""
+    cdf = np.cumsum(probs, dtype=np.float64)
+    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return j if j < len(cdf) else int(np.flatnonzero(probs)[-1])
 
 
 @dataclass
-class Warped:
-    """Warped distributions, rows [n]: compact (``indices`` [n, m] with ``probs`` [n, m]) when
-    top-k or greedy decoding leaves few candidates, else dense (``indices`` None, probs [n, V]).
+class Probs:
+    """Distributions over a vocabulary, one per row: the one type that drafters hand to the
+    verifier and that warping returns (a point mass is a row of width one, as in vLLM's sampler).
 
-    The compact form keeps the hot path off the full vocabulary (262k entries for Gemma-3)."""
+    Row i puts ``probs[i, j]`` on token ``ids[i, j]``; entries of probability 0 are padding (any
+    id). ``ids`` None means full rows: column j is token j. Arrays are NumPy: the judge works on
+    a few hundred candidates, where a NumPy operation costs about 1 µs and an eager torch one 5."""
 
-    probs: torch.Tensor
-    indices: torch.Tensor | None
-    vocab_size: int
+    probs: np.ndarray  # [n, m] float32, each row sums to 1
+    ids: np.ndarray | None = None  # [n, m] int64 token ids, or None for full rows
 
-    def dense(self) -> torch.Tensor:
-        if self.indices is None:
-            return self.probs
-        out = torch.zeros(self.probs.shape[0], self.vocab_size, dtype=self.probs.dtype)
-        return out.scatter_(1, self.indices, self.probs)
+    def __post_init__(self) -> None:
+        self.probs = _as_numpy(self.probs, np.float32)
+        if self.ids is not None:
+            self.ids = _as_numpy(self.ids, np.int64)
+            if self.ids.shape != self.probs.shape:
+                raise ValueError(f"ids {self.ids.shape} and probs {self.probs.shape} must have one shape")
 
-    def dense_row(self, i: int) -> torch.Tensor:
-        if self.indices is None:
-            return self.probs[i]
-        return torch.zeros(self.vocab_size, dtype=self.probs.dtype).index_put_(
-            (self.indices[i],), self.probs[i], accumulate=True)
+    @classmethod
+    def point(cls, tokens: torch.Tensor | np.ndarray | list[int]) -> "Probs":
+        """A point mass at each of ``tokens`` (greedy drafts, n-gram top-1 lookups)."""
+        ids = _as_numpy(tokens, np.int64).reshape(-1, 1)
+        return cls(np.ones(ids.shape, dtype=np.float32), ids)
 
-    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Row i's probability of ``tokens[i]``."""
+    @classmethod
+    def cat(cls, rows: "list[Probs]") -> "Probs":
+        """Stack rows; compact rows of different widths are padded with probability 0."""
+        if all(r.ids is None for r in rows):
+            return cls(np.concatenate([r.probs for r in rows]))
+        width = max(r.width for r in rows)
+        probs = np.zeros((sum(len(r) for r in rows), width), dtype=np.float32)
+        ids = np.zeros(probs.shape, dtype=np.int64)
+        i = 0
+        for r in rows:
+            r_ids = r.ids if r.ids is not None else np.broadcast_to(np.arange(r.width), r.probs.shape)
+            probs[i : i + len(r), : r.width] = r.probs
+            ids[i : i + len(r), : r.width] = r_ids
+            i += len(r)
+        return cls(probs, ids)
+
+    def __len__(self) -> int:
+        return self.probs.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.probs.shape[1]
+
+    def support(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Row i as (token ids, probabilities)."""
+        if self.ids is None:
+            return np.arange(self.width), self.probs[i]
+        return self.ids[i], self.probs[i]
+
+    def prob_of(self, tokens: np.ndarray) -> np.ndarray:
+        """Row i's probability of ``tokens[i]``, for each of the first len(tokens) rows."""
         k = len(tokens)
-        if self.indices is None:
-            return self.probs[torch.arange(k), tokens]
-        return (self.probs[:k] * (self.indices[:k] == tokens[:, None])).sum(dim=1)
+        if self.ids is None:
+            return self.probs[np.arange(k), tokens]
+        return (self.probs[:k] * (self.ids[:k] == tokens[:, None])).sum(axis=1)
 
-    def sample(self, generator: torch.Generator | None = None, rows: slice = slice(None)) -> torch.Tensor:
-        """One token per row (``rows`` of them)."""
-        if self.indices is None:
-            return sample(self.probs[rows], generator)
-        if self.indices.shape[1] == 1:  # greedy: nothing to draw
-            return self.indices[rows, 0]
-        # Few candidates: one multinomial call is the cheapest draw.
-        picked = torch.multinomial(self.probs[rows], 1, generator=generator)
-        return self.indices[rows].gather(1, picked).squeeze(1)
+    def prob_at(self, i: int, tokens: np.ndarray) -> np.ndarray:
+        """Row i's probability of each of ``tokens``."""
+        if self.ids is None:
+            return self.probs[i, tokens]
+        if len(tokens) * self.width <= 1 << 16:
+            return (self.probs[i] * (tokens[:, None] == self.ids[i][None, :])).sum(axis=1)
+        lookup = np.zeros(max(int(tokens.max()), int(self.ids[i].max())) + 1, dtype=np.float32)
+        np.add.at(lookup, self.ids[i], self.probs[i])
+        return lookup[tokens]
+
+    def dense(self, vocab_size: int | None = None) -> torch.Tensor:
+        """Full rows [n, vocab_size] as a torch tensor."""
+        if self.ids is None:
+            return torch.from_numpy(self.probs.copy())
+        if vocab_size is None:
+            raise ValueError("compact rows need the vocabulary size to be made dense")
+        out = np.zeros((len(self), vocab_size), dtype=np.float32)
+        np.add.at(out, (np.arange(len(self))[:, None], self.ids), self.probs)
+        return torch.from_numpy(out)
+
+    def draw(self, i: int, u: float) -> int:
+        """Row i's token at uniform ``u`` (no draw for a point mass)."""
+        ids, probs = self.support(i)
+        return int(ids[0]) if len(ids) == 1 else int(ids[_draw(probs, u)])
+
+    def sample(self, generator: torch.Generator | None = None) -> np.ndarray:
+        """One token per row, by inverting each row's CDF."""
+        if self.width == 1:
+            return self.ids[:, 0].copy() if self.ids is not None else np.zeros(len(self), dtype=np.int64)
+        u = torch.rand(len(self), generator=generator, dtype=torch.float64).numpy()
+        return np.array([self.draw(i, float(u[i])) for i in range(len(self))], dtype=np.int64)
+
+    def draw_residual(self, i: int, draft: "Probs", u: float) -> int:
+        """Row i's token from norm(max(0, q - p)) with p = the draft's row i (Leviathan et al.,
+        Alg. 1): q - p is positive only where q is, so q's support is enough."""
+        ids, q = self.support(i)
+        r = np.maximum(q - draft.prob_at(i, ids), 0.0)
+        if not r.sum() > 0:  # q == p up to rounding: a rejection is then a measure-zero event
+            r = q
+        return int(ids[_draw(r, u)])
+
+    def with_ids(self, id_of: np.ndarray) -> "Probs":
+        """The same rows with ids (or column numbers, for full rows) mapped through ``id_of``."""
+        cols = self.ids if self.ids is not None else np.broadcast_to(np.arange(self.width), self.probs.shape)
+        return Probs(self.probs, id_of[cols])
+
+
+def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int, window: int) -> np.ndarray:
+    """[n, window]: the ids row i's repetition penalty looks at (those before first_position + i).
+
+    Positions before the sequence start repeat the row's first valid token (no effect)."""
+    seq = sequence.numpy() if isinstance(sequence, torch.Tensor) else np.asarray(sequence)
+    seq = seq.astype(np.int64, copy=False)
+    if first_position >= window:  # the usual case: every row has a full window
+        return np.lib.stride_tricks.sliding_window_view(seq[first_position - window : first_position + n - 1], window)
+    positions = np.maximum((first_position + np.arange(n))[:, None] + np.arange(-window, 0)[None, :], 0)
+    return seq[positions]
+
+
+def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
+    """[n, k] column ids containing each row's k largest entries (in no order; ties broken
+    arbitrarily, as by torch.topk).
+
+    On a large vocabulary, one pass takes the maxima of 4,096 strided chunks and only the k
+    chunks with the largest maxima are searched: every entry of the top k lies in one of them
+    (k chunk maxima above its own chunk's would be k entries above it)."""
+    n, vocab = x.shape
+    if k >= vocab:
+        return np.broadcast_to(np.arange(vocab), (n, vocab))
+    chunks = 4096
+    length = vocab // chunks
+    if length < 16 or 4 * k > chunks:
+        return np.argpartition(x, vocab - k, axis=1)[:, vocab - k :]
+    main = length * chunks
+    # x3[r, l, c] = x[r, l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
+    x3 = np.lib.stride_tricks.as_strided(x, (n, length, chunks), (x.strides[0], chunks * x.strides[1], x.strides[1]))
+    best = np.argpartition(x3.max(axis=1), chunks - k, axis=1)[:, chunks - k :]  # [n, k] chunks
+    ids = (np.arange(length)[None, :, None] * chunks + best[:, None, :]).reshape(n, -1)
+    if main < vocab:  # the columns after the last whole row of chunks are always candidates
+        ids = np.concatenate([ids, np.broadcast_to(np.arange(main, vocab), (n, vocab - main))], axis=1)
+    values = np.take_along_axis(x, ids, axis=1)
+    pick = np.argpartition(values, values.shape[1] - k, axis=1)[:, values.shape[1] - k :]
+    return np.take_along_axis(ids, pick, axis=1)
+
+
+def _penalise(values: np.ndarray, hit: np.ndarray, penalty: float) -> np.ndarray:
+    """CTRL penalty where ``hit``: positive logits divided by it, negative ones multiplied."""
+    return np.where(hit, np.where(values > 0, values / penalty, values * penalty), values).astype(np.float32)
 
 
 def warp(
@@ -118,36 +220,58 @@ def warp(
     config: SamplingConfig,
     sequence: torch.Tensor | None = None,
     first_position: int = 0,
-) -> Warped:
+) -> Probs:
     """Warp ``logits`` [n, vocab] under ``config``: penalty, temperature, top-k, top-p.
 
     Row i is the distribution of the token at position ``first_position + i`` of ``sequence``
-    (needed only for the repetition penalty).
+    (needed only for the repetition penalty). With top-k (or greedy decoding) only the
+    candidates are touched: the k + window largest logits and the window's own tokens contain
+    the top k after the penalty (a token outside the window keeps its logit, and at most
+    ``window`` tokens can pass it), so the full vocabulary is read once.
     """
-    logits = logits.float()
-    vocab = logits.shape[1]
-    if sequence is not None and config.repetition_penalty != 1.0:
-        logits = apply_repetition_penalty(
-            logits, sequence, first_position, config.repetition_penalty, config.repetition_window
-        )
-    if config.greedy:
-        top = logits.argmax(dim=1, keepdim=True)
-        return Warped(torch.ones(top.shape, dtype=logits.dtype), top, vocab)
-    if config.temperature != 1.0:
-        logits = logits / config.temperature
-    if config.top_k and config.top_k < vocab:
-        values, indices = logits.topk(config.top_k, dim=1)  # sorted, descending
-    elif config.top_p < 1.0:
-        values, indices = logits.sort(dim=1, descending=True)
+    x = np.ascontiguousarray(logits.detach().float().cpu().numpy())
+    n, vocab = x.shape
+    penalty = config.repetition_penalty
+    window = None
+    if sequence is not None and penalty != 1.0 and config.repetition_window > 0:
+        window = _window_ids(sequence, first_position, n, config.repetition_window)
+    keep = 1 if config.greedy else (config.top_k if 0 < config.top_k < vocab else 0)
+    if keep:
+        ids = _top_candidates(x, min(vocab, keep + (0 if window is None else window.shape[1])))
+        values = np.take_along_axis(x, ids, axis=1)
+        if window is not None:
+            same = ids[:, :, None] == window[:, None, :]  # [n, candidates, window]
+            # Window tokens not among the candidates join them, once each.
+            repeat = np.tril(window[:, :, None] == window[:, None, :], k=-1).any(axis=2)
+            new = ~(same.any(axis=1) | repeat)
+            w_values = np.where(new, np.take_along_axis(x, window, axis=1), -np.inf).astype(np.float32)
+            values = np.concatenate([_penalise(values, same.any(axis=2), penalty),
+                                     _penalise(w_values, new, penalty)], axis=1)
+            ids = np.concatenate([ids, window], axis=1)
     else:
-        return Warped(torch.softmax(logits, dim=1), None, vocab)
-    kept = torch.softmax(values, dim=1)
+        values = x.copy() if window is not None else x
+        if window is not None:
+            np.put_along_axis(values, window, _penalise(np.take_along_axis(x, window, axis=1), True, penalty), axis=1)
+        ids = None
+    if config.greedy:  # a point mass at the arg-max; ties go to the smallest id, as in torch.argmax
+        top = values.max(axis=1, keepdims=True)
+        return Probs.point(np.where(values == top, ids, np.iinfo(np.int64).max).min(axis=1))
+    if config.temperature != 1.0:
+        values = values / np.float32(config.temperature)
+    if keep or config.top_p < 1.0:
+        order = np.argsort(-values, axis=1, kind="stable")[:, : keep or vocab]  # descending
+        values = np.take_along_axis(values, order, axis=1)
+        ids = order if ids is None else np.take_along_axis(ids, order, axis=1)
+    probs = np.exp(values - values.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
     if config.top_p < 1.0:
         # Drop a token when the mass before it already reaches top_p (the first always stays).
-        mass_before = kept.cumsum(dim=1) - kept
-        kept = kept.masked_fill(mass_before >= config.top_p, 0.0)
-        kept = kept / kept.sum(dim=1, keepdim=True)
-    return Warped(kept, indices, vocab)
+        mass_before = np.cumsum(probs, axis=1) - probs
+        probs[mass_before >= config.top_p] = 0.0
+        probs /= probs.sum(axis=1, keepdims=True)
+        width = int((probs > 0).sum(axis=1).max())  # sorted: the dropped tail is all zeros
+        probs, ids = probs[:, :width], ids[:, :width]
+    return Probs(probs.astype(np.float32, copy=False), ids)
 
 
 def logits_to_probs(
@@ -157,7 +281,7 @@ def logits_to_probs(
     first_position: int = 0,
 ) -> torch.Tensor:
     """Warp ``logits`` [n, vocab] into dense probabilities [n, vocab] (see ``warp``)."""
-    return warp(logits, config, sequence, first_position).dense()
+    return warp(logits, config, sequence, first_position).dense(logits.shape[1])
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

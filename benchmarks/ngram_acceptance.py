@@ -28,7 +28,7 @@ import torch
 
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
-from babelspec.drafters.base import NoDrafter, SparseProbs
+from babelspec.drafters.base import NoDrafter
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.models import load_target
@@ -64,13 +64,9 @@ def expected_acceptance(drafter: NgramDrafter, prompt: list[int], continuation: 
         draft = drafter.propose(1)
         if len(draft) == 0:
             skipped += 1
-        elif draft.probs is None:
-            out.append(float(q[i, int(draft.tokens[0])]))
-        elif isinstance(draft.probs, SparseProbs):
-            idx, p = draft.probs.indices[0], draft.probs.probs[0]
-            out.append(float(torch.minimum(p, q[i, idx]).sum()))
         else:
-            out.append(float(torch.minimum(draft.probs[0], q[i]).sum()))
+            ids, p = draft.probs.support(0)
+            out.append(float(torch.minimum(torch.from_numpy(p), q[i, torch.from_numpy(ids)]).sum()))
         drafter.commit(0, y)
     return out, skipped
 

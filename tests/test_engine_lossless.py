@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from babelspec.engine import accept_or_reject, generate
-from babelspec.drafters.base import Draft, SparseProbs
-from babelspec.sampling import SamplingConfig
+from babelspec.drafters.base import Draft
+from babelspec.sampling import Probs, SamplingConfig
 from babelspec.target import Target
 from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import FixedDrafter, tiny_qwen3
@@ -69,11 +69,11 @@ def test_one_judged_token_follows_the_target_row(form):
     counts = torch.zeros(5)
     for _ in range(20000):
         if form == "point":
-            draft = Draft(tokens=torch.tensor([0]), probs=None)
+            draft = Draft.point([0])
         else:
             token = torch.multinomial(p, 1, generator=g)
-            probs = p[None] if form == "dense" else SparseProbs(torch.tensor([[0, 1, 2, 4]]), p[[0, 1, 2, 4]][None])
+            probs = Probs(p[None]) if form == "dense" else Probs(p[[0, 1, 2, 4]][None], torch.tensor([[0, 1, 2, 4]]))
             draft = Draft(tokens=token, probs=probs)
-        n, nxt = accept_or_reject(q, draft, g)
+        n, nxt = accept_or_reject(Probs(q), draft, g)
         counts[int(draft.tokens[0]) if n == 1 else nxt] += 1
     assert chi_square_pvalue(counts, q[0]) > 1e-3

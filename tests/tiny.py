@@ -8,7 +8,8 @@ from transformers import (
     Gemma3ForCausalLM, Gemma3TextConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwen3ForCausalLM,
 )
 
-from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.sampling import Probs
 
 
 def tiny_qwen3(vocab: int = 64, seed: int = 0, layers: int = 2, max_positions: int = 256):
@@ -61,12 +62,12 @@ class FixedDrafter(Drafter):
 
     def propose(self, gamma: int) -> Draft:
         if self.form == "point":
-            return Draft(tokens=self.p.argmax().repeat(gamma), probs=None, forwards=gamma)
+            return Draft.point(self.p.argmax().repeat(gamma), forwards=gamma)
         tokens = torch.multinomial(self.p, gamma, replacement=True, generator=self.generator)
         if self.form == "dense":
-            return Draft(tokens=tokens, probs=self.p.repeat(gamma, 1), forwards=gamma)
+            return Draft(tokens=tokens, probs=Probs(self.p.repeat(gamma, 1)), forwards=gamma)
         support = self.p.nonzero().squeeze(1)
-        return Draft(tokens=tokens, probs=SparseProbs(support.repeat(gamma, 1), self.p[support].repeat(gamma, 1)),
+        return Draft(tokens=tokens, probs=Probs(self.p[support].repeat(gamma, 1), support.repeat(gamma, 1)),
                      forwards=gamma)
 
     def commit(self, n_accepted: int, next_token: int) -> None:
@@ -91,7 +92,7 @@ class ScriptedDrafter(Drafter):
             if self.always_wrong or (self.spoil_every and pos % self.spoil_every == 0):
                 tokens[i] = (tokens[i] + 1) % self.vocab_size
         self.last = len(tokens)
-        return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=None, forwards=len(tokens))
+        return Draft.point(tokens, forwards=len(tokens))
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         self.produced += n_accepted + 1

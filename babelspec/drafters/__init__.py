@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from babelspec.drafters.base import Draft, Drafter, NoDrafter, SparseProbs
+from babelspec.drafters.base import Draft, Drafter, NoDrafter
 
 if TYPE_CHECKING:
     from babelspec.target import Target
@@ -62,4 +62,4 @@ def _load_builtin_drafters() -> None:
     import babelspec.drafters.distilled  # noqa: F401
 
 
-__all__ = ["Draft", "Drafter", "NoDrafter", "SparseProbs", "make_drafter", "register"]
+__all__ = ["Draft", "Drafter", "NoDrafter", "make_drafter", "register"]

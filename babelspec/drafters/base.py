@@ -11,7 +11,8 @@ The speculative loop (``babelspec.engine``) drives a drafter with three calls:
   were accepted). The drafter rolls its state back to ``context + accepted + [next_token]``.
 
 Drafters know nothing about verification: they only report, for each drafted token, the
-distribution it was sampled from, so the rejection sampler can stay lossless.
+distribution it was sampled from (``sampling.Probs``), so the rejection sampler can stay
+lossless.
 """
 
 from __future__ import annotations
@@ -21,38 +22,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from babelspec.sampling import SamplingConfig
+from babelspec.sampling import Probs, SamplingConfig
 
 
-@dataclass
-class SparseProbs:
-    """Draft distributions on a few tokens each: row i puts ``probs[i, j]`` on ``indices[i, j]``.
-
-    Rows are padded with probability 0 (any index) when they hold fewer entries.
-    """
-
-    indices: torch.Tensor  # [k, m] long
-    probs: torch.Tensor  # [k, m] float, each row sums to 1
-
-    def dense_row(self, i: int, vocab_size: int) -> torch.Tensor:
-        row = torch.zeros(vocab_size, dtype=torch.float32)
-        row.index_add_(0, self.indices[i], self.probs[i].to(torch.float32))
-        return row
-
-    def prob_of(self, tokens: torch.Tensor) -> torch.Tensor:
-        """p_i(tokens[i]) for each row i."""
-        hit = self.indices[: len(tokens)] == tokens[:, None]
-        return (self.probs[: len(tokens)] * hit).sum(dim=1)
-
-
-DraftProbs = torch.Tensor | SparseProbs | None
-"""Dense ``[k, vocab]`` rows, sparse rows, or ``None`` for a point-mass draft."""
+_NO_PROBS = Probs.point([])
 
 
 @dataclass
 class Draft:
     tokens: torch.Tensor  # [k] long, k <= gamma (k may be 0)
-    probs: DraftProbs = None  # distribution each token was drawn from; None = point mass
+    probs: Probs  # the distribution each token was drawn from (a point mass: rows of width one)
     forwards: int = 0  # draft forwards (model calls or table walks) spent on this proposal
     seconds: float = 0.0  # wall time spent drafting, filled in by the engine
 
@@ -61,7 +40,13 @@ class Draft:
 
     @staticmethod
     def empty() -> "Draft":
-        return Draft(tokens=torch.empty(0, dtype=torch.long))
+        return Draft(tokens=torch.empty(0, dtype=torch.long), probs=_NO_PROBS)
+
+    @staticmethod
+    def point(tokens: torch.Tensor | list[int], forwards: int = 0) -> "Draft":
+        """Tokens drafted with certainty (a greedy draft, an n-gram's top-1, a lookup)."""
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        return Draft(tokens=tokens, probs=Probs.point(tokens), forwards=forwards)
 
 
 class Drafter(ABC):
@@ -70,6 +55,8 @@ class Drafter(ABC):
     name: str = "drafter"
     #: Vocabulary the drafter's token ids index into; None when it adapts to any target.
     vocab_size: int | None = None
+    #: γ the drafter was chosen with (the router's, for ``auto``); None leaves it to the caller.
+    preferred_gamma: int | None = None
 
     @abstractmethod
     def start(

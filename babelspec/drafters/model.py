@@ -7,8 +7,8 @@ from typing import Any
 import torch
 
 from babelspec.drafters import register
-from babelspec.drafters.base import Draft, Drafter, SparseProbs
-from babelspec.sampling import SamplingConfig, Warped, warp
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.lm import CausalLM
 from babelspec.target import Target
 
@@ -32,8 +32,10 @@ class ModelDrafter(Drafter):
             self.lm.forward(self.ids[:-1], logits_to_keep=1)
         self.lm.timer.reset()  # c compares decode forwards only
 
-    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Warped:
-        """Forward the pending tokens; distribution (one row) of the token at ``position``."""
+    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Probs:
+        """Forward the pending tokens; distribution (one row) of the token at ``position``.
+
+        The per-row hook a drafter with another output head overrides (``vocabhead``)."""
         logits = self.lm.forward(pending, logits_to_keep=1)
         return warp(logits, self.sampling, sequence, first_position=position)
 
@@ -42,7 +44,7 @@ class ModelDrafter(Drafter):
         pending = self.ids[self.lm.cached_len :]
         sequence = torch.tensor(self.ids + [0] * gamma)
         tokens: list[int] = []
-        rows: list[Warped] = []
+        rows: list[Probs] = []
         for i in range(gamma):
             p = self.next_probs(pending, sequence, len(self.ids) + i)
             token = int(p.sample(self.generator)[0])
@@ -51,14 +53,7 @@ class ModelDrafter(Drafter):
             sequence[len(self.ids) + i] = token
             pending = [token]
         self.drafted = tokens
-        draft_tokens = torch.tensor(tokens, dtype=torch.long)
-        if self.sampling.greedy:  # a point mass
-            return Draft(tokens=draft_tokens, probs=None, forwards=gamma)
-        if rows[0].indices is None:
-            probs = torch.cat([r.probs for r in rows])
-        else:
-            probs = SparseProbs(torch.cat([r.indices for r in rows]), torch.cat([r.probs for r in rows]))
-        return Draft(tokens=draft_tokens, probs=probs, forwards=gamma)
+        return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=Probs.cat(rows), forwards=gamma)
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         keep = len(self.ids) + n_accepted

@@ -19,15 +19,15 @@ import time
 from bisect import bisect_right
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 
 from babelspec.drafters import register
-from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.drafters.base import Draft, Drafter
 from babelspec.ngram.model import NgramModel
-from babelspec.sampling import SamplingConfig
+from babelspec.sampling import Probs, SamplingConfig
 
 if TYPE_CHECKING:
     from babelspec.target import Target
@@ -84,11 +84,38 @@ class NgramDraftConfig:
         return cls(**kwargs)
 
 
-# A row: (tokens, cumulative counts, total count, top probability, the ids padded to `width` as
-# int64 bytes, the probabilities padded to `width` as float32 bytes)
-_Row = tuple[list[int], list[int], int, float, bytes, bytes]
-_UNIFORM = "uniform"  # the row of the uniform fallback
-_UNSEEN: Any = ()  # cached marker of a context the model never saw
+class Row(NamedTuple):
+    """A context's continuations, built from the memory-mapped CSR arrays on first use."""
+
+    tokens: list[int]  # continuation token ids, most frequent first
+    cumulative: list[int]  # running sums of their counts: a draw is one bisection
+    total: int  # their total count
+    top_prob: float  # probability of the most frequent continuation
+    id_bytes: bytes  # the ids padded to `width`, as int64 bytes (copied into a Draft's buffer)
+    prob_bytes: bytes  # the probabilities padded to `width`, as float32 bytes
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+UNIFORM = _Marker("UNIFORM")  # no row, but unseen=uniform: draw uniformly over the vocabulary
+NEVER_SEEN = _Marker("NEVER_SEEN")  # in a row cache: the model has no row for this context
+
+
+class _Walk:
+    """Where a proposal stands: the contexts the next token is looked up with."""
+
+    __slots__ = ("history", "context", "last")
+
+    def __init__(self, history: list[int] | None, context: list[int], last: int) -> None:
+        self.history = history  # recent target ids, for prompt lookup (None: lookup off)
+        self.context = context  # dense ids of the last n - 1 tokens (-1: not in the corpus)
+        self.last = last  # dense id of the last token (the bigram fast path)
 
 
 class NgramDrafter(Drafter):
@@ -108,7 +135,7 @@ class NgramDrafter(Drafter):
         self._dense: list[int] = []  # dense ids of the context so far (-1: not in the corpus)
         self._history: list[int] = []  # target token ids of the context so far
         self._lookup: dict[tuple[int, ...], dict[int, int]] = {}
-        self._lookup_rows: dict[tuple[int, ...], _Row] = {}
+        self._lookup_rows: dict[tuple[int, ...], Row] = {}
         self._last: list[int] = []
         self._rng = random.Random(0)
         self._seconds: list[float] = []
@@ -130,7 +157,7 @@ class NgramDrafter(Drafter):
         get = self._dense_of.get
         self._dense = [get(t, -1) for t in self._history]
         self._lookup = {}
-        self._lookup_rows: dict[tuple[int, ...], _Row] = {}
+        self._lookup_rows: dict[tuple[int, ...], Row] = {}
         if self.config.lookup:
             self._index_lookup(0)
         self._seconds = []
@@ -139,84 +166,89 @@ class NgramDrafter(Drafter):
         t0 = time.perf_counter()
         if gamma > self._capacity:
             self._allocate(gamma)
-        tok_np, idx_mv, p_mv = self._np_buffers
-        n_ctx = self._ctx_len
-        point = self._mode == "top1"
+        walk = self._walk()
         threshold = self.config.threshold
-        hist = self._history[-self.config.lookup :] if self.config.lookup else None
-        ctx = self._dense[-n_ctx:] if n_ctx > 1 else []
-        last = self._dense[-1] if n_ctx == 1 and self._dense else -1
-        top = self._rows[n_ctx]
-        dense_of = self._dense_of.get
-        rand = self._rng.random
         drafted: list[int] = []
-        rows: list[Any] = []
-        id_parts: list[bytes] = []
-        p_parts: list[bytes] = []
-        uniform = False
-        for i in range(gamma):
-            row = self._lookup_row(hist) if hist is not None else None
-            if row is None:
-                if n_ctx == 1:  # the bigram fast path: one dict lookup per token
-                    row = top.get(last) if last >= 0 else None
-                    if row is None or row is _UNSEEN:
-                        row = self._find_row([last])
-                else:
-                    row = self._find_row(ctx)
-            if row is None:
-                break
-            if row is _UNIFORM:
-                tok = self._rng.randrange(self.vocab_size)
-                uniform = True
-            else:
-                if row[3] < threshold:
-                    break
-                if point:
-                    tok = row[0][0]
-                else:
-                    tok = row[0][bisect_right(row[1], int(rand() * row[2]))]
-                    id_parts.append(row[4])
-                    p_parts.append(row[5])
-            tok_np[i] = tok
-            drafted.append(tok)
+        rows: list[Row | _Marker] = []
+        for _ in range(gamma):
+            row = self._next_row(walk)
+            if row is None or (row is not UNIFORM and row.top_prob < threshold):
+                break  # nothing (confident) to say: stop drafting, as llama.cpp does
+            token = self._draw(row)
+            drafted.append(token)
             rows.append(row)
-            if n_ctx == 1:
-                last = dense_of(tok, -1)
-            elif n_ctx:
-                ctx.append(dense_of(tok, -1))
-                if len(ctx) > n_ctx:
-                    del ctx[0]
-            if hist is not None:
-                hist.append(tok)
+            self._advance(walk, token)
         self._last = drafted
-        k = len(drafted)
-        if not k:
+        if not drafted:
             return Draft.empty()
-        tokens, sparse = self._views[k]
-        if uniform:
-            probs: Any = self._dense_probs(rows, drafted)
-        elif point:
-            probs = None
+        draft = self._draft(drafted, rows)
+        self._seconds.append((time.perf_counter() - t0) / len(drafted))
+        return draft
+
+    def _walk(self) -> _Walk:
+        n_ctx = self._ctx_len
+        return _Walk(history=self._history[-self.config.lookup :] if self.config.lookup else None,
+                     context=self._dense[-n_ctx:] if n_ctx > 1 else [],
+                     last=self._dense[-1] if n_ctx == 1 and self._dense else -1)
+
+    def _next_row(self, walk: _Walk) -> Row | _Marker | None:
+        """The row the next token is drawn from: prompt lookup first, then the trained model."""
+        row = self._lookup_row(walk.history) if walk.history is not None else None
+        if row is not None:
+            return row
+        if self._ctx_len == 1:  # the bigram fast path: one dict lookup per token
+            row = self._rows[1].get(walk.last) if walk.last >= 0 else None
+            return self._find_row([walk.last]) if row is None or row is NEVER_SEEN else row
+        return self._find_row(walk.context)
+
+    def _draw(self, row: Row | _Marker) -> int:
+        if row is UNIFORM:
+            return self._rng.randrange(self.vocab_size)
+        if self._mode == "top1":
+            return row.tokens[0]
+        return row.tokens[bisect_right(row.cumulative, int(self._rng.random() * row.total))]
+
+    def _advance(self, walk: _Walk, token: int) -> None:
+        dense = self._dense_of.get(token, -1)
+        if self._ctx_len == 1:
+            walk.last = dense
+        elif self._ctx_len:
+            walk.context.append(dense)
+            if len(walk.context) > self._ctx_len:
+                del walk.context[0]
+        if walk.history is not None:
+            walk.history.append(token)
+
+    def _draft(self, drafted: list[int], rows: list[Row | _Marker]) -> Draft:
+        """The Draft of a walk: a view of the preallocated buffers (see ``_allocate``)."""
+        k = len(drafted)
+        self._token_buffer[:k] = drafted
+        tokens = self._token_views[k]
+        if any(row is UNIFORM for row in rows):
+            probs = self._full_rows(rows, drafted)
+        elif self._mode == "top1":
+            probs = Probs.point(self._token_buffer[:k])
         else:  # one bytes copy per buffer: cheaper than k NumPy row assignments
-            ids, ps = b"".join(id_parts), b"".join(p_parts)
-            idx_mv[: len(ids)] = ids
-            p_mv[: len(ps)] = ps
-            probs = sparse
-        self._seconds.append((time.perf_counter() - t0) / k)
+            ids, ps = b"".join([r.id_bytes for r in rows]), b"".join([r.prob_bytes for r in rows])
+            self._id_bytes[: len(ids)] = ids
+            self._prob_bytes[: len(ps)] = ps
+            probs = Probs(self._prob_buffer[:k], self._id_buffer[:k])
         return Draft(tokens=tokens, probs=probs, forwards=k)
 
     def _allocate(self, capacity: int) -> None:
-        """Tensors a proposal is written into, and their views for every draft length k.
+        """Buffers a proposal is written into, and token views for every draft length k.
 
-        Torch costs about 1 µs per tensor made, more than a drafted token; so a Draft's tensors
+        Torch costs about 1 µs per tensor made, more than a drafted token; so a Draft's arrays
         are views of these buffers, valid until the next ``propose`` (the engine consumes a
         draft before asking for the next one; copy them to keep them longer)."""
         width = self.config.width
-        tok_t = torch.zeros(capacity, dtype=torch.long)
-        idx_t = torch.zeros(capacity, width, dtype=torch.long)
-        p_t = torch.zeros(capacity, width, dtype=torch.float32)
-        self._np_buffers = (tok_t.numpy(), memoryview(idx_t.numpy()).cast("B"), memoryview(p_t.numpy()).cast("B"))
-        self._views = {k: (tok_t[:k], SparseProbs(indices=idx_t[:k], probs=p_t[:k])) for k in range(1, capacity + 1)}
+        tokens = torch.zeros(capacity, dtype=torch.long)
+        self._token_buffer = tokens.numpy()
+        self._token_views = {k: tokens[:k] for k in range(1, capacity + 1)}
+        self._id_buffer = np.zeros((capacity, width), dtype=np.int64)
+        self._prob_buffer = np.zeros((capacity, width), dtype=np.float32)
+        self._id_bytes = memoryview(self._id_buffer).cast("B")
+        self._prob_bytes = memoryview(self._prob_buffer).cast("B")
         self._capacity = capacity
 
     def commit(self, n_accepted: int, next_token: int) -> None:
@@ -256,15 +288,15 @@ class NgramDrafter(Drafter):
             cache = self._rows[k]
             row = cache.get(key)
             if row is None:  # not cached yet
-                row = self._build_row(k, key) or _UNSEEN
+                row = self._build_row(k, key) or NEVER_SEEN
                 cache[key] = row
-            if row is not _UNSEEN:
+            if row is not NEVER_SEEN:
                 return row
         if cfg.unseen == "uniform" and self.vocab_size:
-            return _UNIFORM
+            return UNIFORM
         return None
 
-    def _build_row(self, k: int, key: int) -> _Row | None:
+    def _build_row(self, k: int, key: int) -> Row | None:
         table = self.model.tables[k]
         c = int(table.keys.searchsorted(key))
         if c >= table.n_contexts or int(table.keys[c]) != key:
@@ -287,24 +319,24 @@ class NgramDrafter(Drafter):
         tokens = self._vocab_map[table.next_tokens[lo : lo + len(counts)]].tolist()
         return self._row(tokens, counts)
 
-    def _row(self, tokens: list[int], counts: list[int]) -> _Row:
+    def _row(self, tokens: list[int], counts: list[int]) -> Row:
         pad = self.config.width - len(tokens)
         total = sum(counts)
         ids = array("q", tokens).tobytes() + bytes(8 * pad)
         probs = array("f", [c / total for c in counts]).tobytes() + bytes(4 * pad)
-        return tokens, list(itertools.accumulate(counts)), total, counts[0] / total, ids, probs
+        return Row(tokens, list(itertools.accumulate(counts)), total, counts[0] / total, ids, probs)
 
-    def _dense_probs(self, rows: list[Any], drafted: list[int]) -> torch.Tensor:
-        out = torch.zeros(len(rows), self.vocab_size, dtype=torch.float32)
+    def _full_rows(self, rows: list[Row | _Marker], drafted: list[int]) -> Probs:
+        out = np.zeros((len(rows), self.vocab_size), dtype=np.float32)
         for i, row in enumerate(rows):
-            if row is _UNIFORM:
+            if row is UNIFORM:
                 out[i] = 1.0 / self.vocab_size
             elif self._mode == "top1":
                 out[i, drafted[i]] = 1.0
-            else:  # index_add_: the padding repeats index 0 with probability 0
-                ids = torch.frombuffer(bytearray(row[4]), dtype=torch.long)
-                out[i].index_add_(0, ids, torch.frombuffer(bytearray(row[5]), dtype=torch.float32))
-        return out
+            else:  # the padding repeats id 0 with probability 0
+                np.add.at(out[i], np.frombuffer(row.id_bytes, dtype=np.int64),
+                          np.frombuffer(row.prob_bytes, dtype=np.float32))
+        return Probs(out)
 
     # --- prompt lookup ---------------------------------------------------------------------
     def _index_lookup(self, start: int) -> None:
@@ -319,7 +351,7 @@ class NgramDrafter(Drafter):
                 cont[nxt] = cont.get(nxt, 0) + 1
                 rows.pop(key, None)  # its row changed
 
-    def _lookup_row(self, hist: list[int]) -> _Row | None:
+    def _lookup_row(self, hist: list[int]) -> Row | None:
         """The continuations of the longest suffix of the text seen before in this text."""
         table, rows = self._lookup, self._lookup_rows
         for n in range(min(self.config.lookup, len(hist)), self.config.lookup_min - 1, -1):

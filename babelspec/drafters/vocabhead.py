@@ -19,12 +19,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import torch
 
 from babelspec.drafters import register
-from babelspec.drafters.base import Draft, Drafter, SparseProbs
+from babelspec.drafters.base import Drafter
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
-from babelspec.sampling import SamplingConfig, logits_to_probs, sample
+from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
 
 
@@ -87,7 +88,7 @@ class RestrictedHeadLM(torch.nn.Module):
 
 
 class VocabHeadDrafter(SelfDrafter):
-    """Drafts over the restricted columns; reports sparse distributions in full-vocab ids.
+    """Drafts over the restricted columns; reports compact distributions in full-vocab ids.
 
     With a ``target`` whose first layers the head's body shares, the prompt's cache is copied
     from the target (see ``SelfDrafter``); without one the draft prefills itself.
@@ -100,37 +101,18 @@ class VocabHeadDrafter(SelfDrafter):
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.head.set_extra(context_ids)
+        self._column_of = self.head.column.cpu().numpy()
+        self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
+        self._pad = torch.full((1, 1), float("-inf"))
         super().start(context_ids, sampling, generator)
 
-    def propose(self, gamma: int) -> Draft:
-        pending = self.ids[self.lm.cached_len :]
-        index, column = self.head.index, self.head.column
-        n = self.head.n_columns
-        # The repetition penalty looks at past tokens; give it their column numbers.
-        sequence = column[torch.tensor(self.ids + [0] * gamma, device=column.device)].cpu()
-        pad = torch.full((1, 1), float("-inf"))
-        tokens: list[int] = []
-        rows: list[torch.Tensor] = []
-        for i in range(gamma):
-            logits = self.lm.forward(pending, logits_to_keep=1)  # [1, n]
-            p = logits_to_probs(torch.cat([logits, pad], 1), self.sampling, sequence,
-                                first_position=len(self.ids) + i)[:, :n]
-            col = int(p[0].argmax()) if self.sampling.greedy else int(sample(p, self.generator)[0])
-            token = int(index[col])
-            tokens.append(token)
-            rows.append(p[0])
-            sequence[len(self.ids) + i] = col
-            pending = [token]
-        self.drafted = tokens
-        draft_tokens = torch.tensor(tokens, dtype=torch.long)
-        if self.sampling.greedy:  # a point mass at the arg-max
-            return Draft(tokens=draft_tokens, probs=None, forwards=gamma)
-        probs = torch.stack(rows)  # [k, n], zero outside the kept columns
-        if self.sampling.top_k and self.sampling.top_k < n:
-            kept, cols = probs.topk(self.sampling.top_k, dim=1)
-        else:
-            kept, cols = probs, torch.arange(n).expand(len(tokens), n)
-        return Draft(tokens=draft_tokens, probs=SparseProbs(index.cpu()[cols], kept), forwards=gamma)
+    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Probs:
+        """One row over the kept columns, in full-vocabulary ids (zero outside them)."""
+        logits = self.lm.forward(pending, logits_to_keep=1)  # [1, n columns]
+        logits = torch.cat([logits, self._pad], 1)  # column n: every id outside the set, at -inf
+        # The repetition penalty looks at past tokens: give it their column numbers.
+        columns = self._column_of[sequence.numpy()]
+        return warp(logits, self.sampling, columns, first_position=position).with_ids(self._id_of)
 
 
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str) -> Drafter:

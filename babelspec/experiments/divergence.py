@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
-from babelspec.drafters.base import Drafter, SparseProbs
-from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.drafters.base import Drafter
+from babelspec.sampling import Probs, SamplingConfig, logits_to_probs
 
 
 @dataclass
@@ -37,11 +38,10 @@ class DivergenceResult:
         return asdict(self)
 
 
-def _tv_row(q: torch.Tensor, draft_token: int, probs, vocab: int) -> float:
-    if probs is None:  # point mass at the drafted token
-        return float(1.0 - q[draft_token])
-    p = probs.dense_row(0, vocab) if isinstance(probs, SparseProbs) else probs[0].float()
-    return float(0.5 * (p - q).abs().sum())
+def _tv_row(q: np.ndarray, probs: Probs) -> float:
+    """TV(p, q) = 1 - sum min(p, q), over the draft row's support (a point mass included)."""
+    ids, p = probs.support(0)
+    return float(1.0 - np.minimum(p, q[ids]).sum())
 
 
 @torch.inference_mode()
@@ -54,15 +54,14 @@ def text_divergence(
     target.reset()
     logits = target.forward(ids)  # row i: distribution of the token at position i + 1
     sequence = torch.tensor(ids)
-    q_all = logits_to_probs(logits[:-1], sampling, sequence, first_position=1)
-    vocab = q_all.shape[1]
+    q_all = logits_to_probs(logits[:-1], sampling, sequence, first_position=1).numpy()
     generator = torch.Generator().manual_seed(seed)
     drafter.start(ids[:1], sampling, generator)
     tv_sum, covered = 0.0, 0
     for t in range(1, len(ids)):
         draft = drafter.propose(1)
         if len(draft):
-            tv_sum += _tv_row(q_all[t - 1], int(draft.tokens[0]), draft.probs, vocab)
+            tv_sum += _tv_row(q_all[t - 1], draft.probs)
             covered += 1
         drafter.commit(0, ids[t])
     return tv_sum, covered, len(ids) - 1
