@@ -18,7 +18,8 @@ def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
     drafter: str = typer.Option("none", help="Drafter spec: none, model:X, ngram:FILE, self:K, distilled:DIR, auto."),
-    gamma: int = typer.Option(4, help="Tokens drafted per step (γ)."),
+    gamma: int | None = typer.Option(
+        None, help="Tokens drafted per step (γ); default: the router's choice with --drafter auto, else 4."),
     greedy: bool = typer.Option(False, "--greedy", help="Arg-max decoding."),
     temperature: float = typer.Option(1.0, help="Sampling temperature."),
     top_k: int = typer.Option(100, help="Top-k filter (0 = off); the paper uses 100."),
@@ -47,7 +48,7 @@ def generate(
                                   repetition_window=repetition_window, seed=seed)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
-    if gamma < 1:
+    if gamma is not None and gamma < 1:
         raise typer.BadParameter(f"--gamma must be >= 1 (got {gamma}); use --drafter none for plain decoding")
     if max_new_tokens < 0:
         raise typer.BadParameter(f"--max-new-tokens must be >= 0 (got {max_new_tokens})")
@@ -59,6 +60,8 @@ def generate(
         context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
         drf = make_drafter(drafter, tgt, **context)
         prompt_ids = tgt.tokenizer(prompt)["input_ids"]
+        if gamma is None:
+            gamma = drf.preferred_gamma or 4
         result = run_generation(tgt, drf, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens,
                                 sampling=sampling, stop_strings=tuple(stop or ()))
     except (ValueError, FileNotFoundError) as err:

@@ -30,13 +30,15 @@ class GenerationResult:
     rejections: int = 0  # steps that ended in a rejection
     proposed_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
-    draft_seconds: float = 0.0
+    draft_seconds: float = 0.0  # propose and commit (the drafter's rollback, replay, index)
     target_seconds: float = 0.0  # verification forwards, prefill excluded
+    rollback_seconds: float = 0.0  # the target's crops and replays after rejections
     prefill_seconds: float = 0.0  # the target's prefill and the drafter's start
     wall_seconds: float = 0.0
     draft_forwards: int = 0
     draft_forward_seconds: list[float] = field(default_factory=list)
-    target_forward_seconds: list[float] = field(default_factory=list)
+    target_forward_seconds: list[float] = field(default_factory=list)  # verification forwards
+    target_replay_seconds: list[float] = field(default_factory=list)  # rollback replays
 
     @property
     def n_tokens(self) -> int:
@@ -180,13 +182,17 @@ def generate(
             raise RuntimeError(f"drafter {drafter.name!r} proposed {k} tokens, more than {k_max}")
         drafted = draft.tokens.tolist()
         seq[length : length + k] = draft.tokens
-        logits = target.verify([int(seq[length - 1])] + drafted)
+        logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
         q = warp(logits, sampling, seq, first_position=length)
         n, next_token = accept_or_reject(q, draft, generator)
 
         new_tokens = drafted[:n] + [next_token]
-        target.crop(length + n)
+        t0 = time.perf_counter()
+        target.crop_or_replay(length + n)
+        t1 = time.perf_counter()
         drafter.commit(n, next_token)
+        result.rollback_seconds += t1 - t0
+        result.draft_seconds += time.perf_counter() - t1  # rollback, replay, lookup index
         seq[length : length + n + 1] = torch.tensor(new_tokens)
         length += n + 1
         result.steps += 1
@@ -199,18 +205,16 @@ def generate(
 
         start = len(generated)
         generated.extend(new_tokens)
-        hit_eos = next((i for i, t in enumerate(new_tokens) if t in eos_set), None)
-        if hit_eos is not None:
-            del generated[start + hit_eos + 1 :]
-            result.stop_reason = "eos"
-            break
-        if stop_strings and _cut_at_stop_string(generated, start, tokenizer, stop_strings):
-            result.stop_reason = "stop_string"
+        stop = _first_stop(generated, start, eos_set, tokenizer, stop_strings)
+        if stop is not None:
+            end, result.stop_reason = stop
+            del generated[end:]
             break
 
     result.wall_seconds = time.perf_counter() - started
     result.token_ids = generated
     result.target_forward_seconds = list(target.forward_seconds)
+    result.target_replay_seconds = list(target.replay_seconds)
     result.target_seconds = sum(result.target_forward_seconds)
     result.draft_forward_seconds = list(drafter.forward_seconds())
     if tokenizer is not None:
@@ -221,14 +225,18 @@ def generate(
     return result
 
 
-def _cut_at_stop_string(generated: list[int], start: int, tokenizer, stop_strings) -> bool:
-    """If a stop string appeared in this step, drop the tokens after the one completing it,
-    so the output is exactly what plain decoding would have stopped at."""
-    if not any(s in tokenizer.decode(generated, skip_special_tokens=True) for s in stop_strings):
-        return False
-    for end in range(start + 1, len(generated) + 1):
-        text = tokenizer.decode(generated[:end], skip_special_tokens=True)
-        if any(s in text for s in stop_strings):
-            del generated[end:]
-            return True
-    return True
+def _first_stop(
+    generated: list[int], start: int, eos: set[int], tokenizer, stop_strings
+) -> tuple[int, str] | None:
+    """Where plain decoding would have stopped among the tokens from ``start`` on: (tokens to
+    keep, reason) at the earliest of the first EOS and the token completing a stop string
+    (an EOS first when one token is both), or None to go on."""
+    end = next((i + 1 for i in range(start, len(generated)) if generated[i] in eos), None)
+    if stop_strings:
+        last = len(generated) if end is None else end - 1  # tokens before the EOS
+        if any(s in tokenizer.decode(generated[:last], skip_special_tokens=True) for s in stop_strings):
+            for cut in range(start + 1, last + 1):
+                text = tokenizer.decode(generated[:cut], skip_special_tokens=True)
+                if any(s in text for s in stop_strings):
+                    return cut, "stop_string"
+    return None if end is None else (end, "eos")

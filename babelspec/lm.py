@@ -7,7 +7,6 @@ accepted prefix. It knows nothing about drafting or verification.
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
 
@@ -47,6 +46,10 @@ class ForwardTimer:
             self._events.clear()
         return self._seconds
 
+    def pop_last(self) -> float:
+        """Remove the last forward's time and return it."""
+        return self.seconds.pop()
+
     def reset(self) -> None:
         self._seconds = []
         self._events = []
@@ -83,9 +86,10 @@ class CausalLM:
         self.croppable = bool(getattr(self.cache, "is_croppable", True))
         self.cached_len = 0
         self.tokens: list[int] = []  # the ids in the cache, for replay
-        self._checkpoint: CacheSnapshot | None = None
+        self._checkpoint: RecurrentSnapshot | None = None
         self.timer.reset()
         self.forward_tokens = []
+        self.replay_seconds: list[float] = []  # rollback replays (not in forward_seconds)
 
     def _new_cache(self) -> DynamicCache:
         cache = DynamicCache(config=self.model.config)
@@ -115,14 +119,20 @@ class CausalLM:
         return logits
 
     def checkpoint(self) -> None:
-        """Remember the cache as it is now, as the point a later crop may return to.
+        """Remember the recurrent state as it is now, as the point a later ``crop_or_replay``
+        may return to. Needed only when the cache cannot be cropped; free otherwise.
 
-        Needed only when the cache cannot be cropped; free otherwise."""
+        Only the recurrent states are copied (a few fixed-size tensors per linear-attention
+        layer): attention keys and values and the causal-convolution windows crop as they are."""
         if not self.croppable:
-            self._checkpoint = CacheSnapshot(copy.deepcopy(self.cache), self.cached_len)
+            self._checkpoint = RecurrentSnapshot.take(self.cache, self.cached_len)
 
-    def crop(self, length: int) -> None:
-        """Roll the cache back so that it holds exactly the first ``length`` tokens."""
+    def crop_or_replay(self, length: int) -> None:
+        """Roll the cache back so that it holds exactly the first ``length`` tokens.
+
+        A crop when the cache allows one. Otherwise (recurrent layers) the checkpoint's state is
+        restored and the kept tokens after it are replayed: a forward, timed apart from the
+        decode forwards in ``replay_seconds``."""
         if length > self.cached_len:
             raise ValueError(f"cannot crop a cache of {self.cached_len} tokens to {length}")
         if self.croppable:
@@ -130,18 +140,42 @@ class CausalLM:
         elif length < self.cached_len:
             snap, self._checkpoint = self._checkpoint, None
             if snap is not None and snap.length <= length:
-                self.cache, start = snap.cache, snap.length
+                self.cache.crop(snap.length - self.cached_len)  # attention and conv windows
+                snap.restore()
+                start = snap.length
             else:  # no usable checkpoint: rebuild from the start
                 self.cache, start = self._new_cache(), 0
             replay = self.tokens[start:length]
             self.tokens, self.cached_len = self.tokens[:start], start
             if replay:
-                self.forward(replay, logits_to_keep=1)
+                self._replay(replay)
         self.tokens = self.tokens[:length]
         self.cached_len = length
 
+    def _replay(self, tokens: list[int]) -> None:
+        """Forward ``tokens`` to rebuild the cache; timed as a replay, not a decode forward."""
+        self.forward(tokens, logits_to_keep=1)
+        self.forward_tokens.pop()
+        self.replay_seconds.append(self.timer.pop_last())
+
 
 @dataclass
-class CacheSnapshot:
-    cache: DynamicCache
+class RecurrentSnapshot:
+    """Copies of the recurrent states of a cache's linear-attention layers at ``length`` tokens."""
+
     length: int
+    states: list[tuple[object, dict[int, torch.Tensor]]]  # (layer, state index -> copy)
+
+    @staticmethod
+    def take(cache: DynamicCache, length: int) -> "RecurrentSnapshot":
+        states = []
+        for layer in cache.layers:
+            recurrent = getattr(layer, "recurrent_states", None)
+            if recurrent:
+                states.append((layer, {i: t.clone() for i, t in recurrent.items() if t is not None}))
+        return RecurrentSnapshot(length, states)
+
+    def restore(self) -> None:
+        for layer, copies in self.states:
+            for i, t in copies.items():
+                layer.recurrent_states[i].copy_(t)  # in place: the layer keeps its tensors

@@ -76,6 +76,13 @@ class Probs:
     probs: np.ndarray  # [n, m] float32, each row sums to 1
     ids: np.ndarray | None = None  # [n, m] int64 token ids, or None for full rows
 
+    @classmethod
+    def _of(cls, probs: np.ndarray, ids: np.ndarray | None) -> "Probs":
+        """From arrays already of the right types and shapes (no checks: the hot path)."""
+        out = object.__new__(cls)
+        out.probs, out.ids = probs, ids
+        return out
+
     def __post_init__(self) -> None:
         self.probs = _as_numpy(self.probs, np.float32)
         if self.ids is not None:
@@ -177,23 +184,20 @@ def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int
 
     Positions before the sequence start repeat the row's first valid token (no effect)."""
     seq = sequence.numpy() if isinstance(sequence, torch.Tensor) else np.asarray(sequence)
-    seq = seq.astype(np.int64, copy=False)
-    if first_position >= window:  # the usual case: every row has a full window
-        return np.lib.stride_tricks.sliding_window_view(seq[first_position - window : first_position + n - 1], window)
-    positions = np.maximum((first_position + np.arange(n))[:, None] + np.arange(-window, 0)[None, :], 0)
+    positions = (first_position + np.arange(n))[:, None] + np.arange(-window, 0)[None, :]
+    if first_position < window:
+        positions = np.maximum(positions, 0)
     return seq[positions]
 
 
 def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
-    """[n, k] column ids containing each row's k largest entries (in no order; ties broken
+    """[n, k] column ids holding each row's k largest entries, in no order (ties broken
     arbitrarily, as by torch.topk).
 
-    On a large vocabulary, one pass takes the maxima of 4,096 strided chunks and only the k
+    On a large vocabulary one pass takes the maxima of 4,096 strided chunks, and only the k
     chunks with the largest maxima are searched: every entry of the top k lies in one of them
     (k chunk maxima above its own chunk's would be k entries above it)."""
     n, vocab = x.shape
-    if k >= vocab:
-        return np.broadcast_to(np.arange(vocab), (n, vocab))
     chunks = 4096
     length = vocab // chunks
     if length < 16 or 4 * k > chunks:
@@ -202,76 +206,82 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
     # x3[r, l, c] = x[r, l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
     x3 = np.lib.stride_tricks.as_strided(x, (n, length, chunks), (x.strides[0], chunks * x.strides[1], x.strides[1]))
     best = np.argpartition(x3.max(axis=1), chunks - k, axis=1)[:, chunks - k :]  # [n, k] chunks
-    ids = (np.arange(length)[None, :, None] * chunks + best[:, None, :]).reshape(n, -1)
+    ids = (np.arange(0, main, chunks)[None, :, None] + best[:, None, :]).reshape(n, -1)
     if main < vocab:  # the columns after the last whole row of chunks are always candidates
         ids = np.concatenate([ids, np.broadcast_to(np.arange(main, vocab), (n, vocab - main))], axis=1)
-    values = np.take_along_axis(x, ids, axis=1)
-    pick = np.argpartition(values, values.shape[1] - k, axis=1)[:, values.shape[1] - k :]
-    return np.take_along_axis(ids, pick, axis=1)
+    rows = np.arange(n)[:, None]
+    pick = np.argpartition(x[rows, ids], ids.shape[1] - k, axis=1)[:, ids.shape[1] - k :]
+    return ids[rows, pick]
 
 
-def _penalise(values: np.ndarray, hit: np.ndarray, penalty: float) -> np.ndarray:
-    """CTRL penalty where ``hit``: positive logits divided by it, negative ones multiplied."""
-    return np.where(hit, np.where(values > 0, values / penalty, values * penalty), values).astype(np.float32)
+def _penalised(values: np.ndarray, penalty: float) -> np.ndarray:
+    """CTRL penalty: positive logits divided by it, negative ones multiplied."""
+    return np.where(values > 0, values / np.float32(penalty), values * np.float32(penalty))
 
 
 def warp(
     logits: torch.Tensor,
     config: SamplingConfig,
-    sequence: torch.Tensor | None = None,
+    sequence: torch.Tensor | np.ndarray | None = None,
     first_position: int = 0,
 ) -> Probs:
     """Warp ``logits`` [n, vocab] under ``config``: penalty, temperature, top-k, top-p.
 
     Row i is the distribution of the token at position ``first_position + i`` of ``sequence``
-    (needed only for the repetition penalty). With top-k (or greedy decoding) only the
-    candidates are touched: the k + window largest logits and the window's own tokens contain
-    the top k after the penalty (a token outside the window keeps its logit, and at most
-    ``window`` tokens can pass it), so the full vocabulary is read once.
+    (needed only for the repetition penalty). With top-k (or greedy decoding) only the k
+    largest penalised logits go further: the vocabulary is read once, and what follows works
+    on k candidates, a few NumPy operations per block of rows.
     """
-    x = np.ascontiguousarray(logits.detach().float().cpu().numpy())
-    n, vocab = x.shape
-    penalty = config.repetition_penalty
-    window = None
-    if sequence is not None and penalty != 1.0 and config.repetition_window > 0:
-        window = _window_ids(sequence, first_position, n, config.repetition_window)
-    keep = 1 if config.greedy else (config.top_k if 0 < config.top_k < vocab else 0)
-    if keep:
-        ids = _top_candidates(x, min(vocab, keep + (0 if window is None else window.shape[1])))
-        values = np.take_along_axis(x, ids, axis=1)
-        if window is not None:
-            same = ids[:, :, None] == window[:, None, :]  # [n, candidates, window]
-            # Window tokens not among the candidates join them, once each.
-            repeat = np.tril(window[:, :, None] == window[:, None, :], k=-1).any(axis=2)
-            new = ~(same.any(axis=1) | repeat)
-            w_values = np.where(new, np.take_along_axis(x, window, axis=1), -np.inf).astype(np.float32)
-            values = np.concatenate([_penalise(values, same.any(axis=2), penalty),
-                                     _penalise(w_values, new, penalty)], axis=1)
-            ids = np.concatenate([ids, window], axis=1)
+    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
+        x = logits.numpy()
     else:
-        values = x.copy() if window is not None else x
-        if window is not None:
-            np.put_along_axis(values, window, _penalise(np.take_along_axis(x, window, axis=1), True, penalty), axis=1)
-        ids = None
-    if config.greedy:  # a point mass at the arg-max; ties go to the smallest id, as in torch.argmax
-        top = values.max(axis=1, keepdims=True)
-        return Probs.point(np.where(values == top, ids, np.iinfo(np.int64).max).min(axis=1))
+        x = logits.detach().float().cpu().numpy()
+    if x.strides[1] != x.itemsize:
+        x = np.ascontiguousarray(x)
+    n, vocab = x.shape
+    rows = np.arange(n)[:, None]
+    keep = 1 if config.greedy else (config.top_k if 0 < config.top_k < vocab else 0)
+    window = saved = None
+    if sequence is not None and config.repetition_penalty != 1.0 and config.repetition_window > 0:
+        window = _window_ids(sequence, first_position, n, config.repetition_window)
+        saved = x[rows, window]
+        if not keep:
+            x = x.copy()
+        # Penalise in place (a token seen twice is written twice with the same value, so it is
+        # penalised once, as in Hugging Face's processor); restored below when x is the caller's.
+        x[rows, window] = _penalised(saved, config.repetition_penalty)
+    try:
+        if keep:
+            ids = _top_candidates(x, keep)
+            values = x[rows, ids]
+        else:
+            ids, values = None, x
+    finally:
+        if window is not None and keep:
+            x[rows, window] = saved
+    if config.greedy:  # a point mass at the arg-max; ties go to the smallest id, as torch.argmax
+        best = np.where(values == values.max(axis=1, keepdims=True), ids, np.iinfo(np.int64).max)
+        return Probs._of(np.ones((n, 1), dtype=np.float32), best.min(axis=1, keepdims=True))
     if config.temperature != 1.0:
         values = values / np.float32(config.temperature)
     if keep or config.top_p < 1.0:
-        order = np.argsort(-values, axis=1, kind="stable")[:, : keep or vocab]  # descending
-        values = np.take_along_axis(values, order, axis=1)
-        ids = order if ids is None else np.take_along_axis(ids, order, axis=1)
-    probs = np.exp(values - values.max(axis=1, keepdims=True))
-    probs /= probs.sum(axis=1, keepdims=True)
+        order = np.argsort(-values, axis=1, kind="stable")  # descending
+        values = values[rows, order]
+        ids = order if ids is None else ids[rows, order]
+    weights = np.exp(values - values.max(axis=1, keepdims=True))  # softmax numerators
+    cumulative = np.cumsum(weights, axis=1)
     if config.top_p < 1.0:
-        # Drop a token when the mass before it already reaches top_p (the first always stays).
-        mass_before = np.cumsum(probs, axis=1) - probs
-        probs[mass_before >= config.top_p] = 0.0
-        probs /= probs.sum(axis=1, keepdims=True)
-        width = int((probs > 0).sum(axis=1).max())  # sorted: the dropped tail is all zeros
-        probs, ids = probs[:, :width], ids[:, :width]
-    return Probs(probs.astype(np.float32, copy=False), ids)
+        # Drop a token when the mass before it already reaches top_p (the first always stays);
+        # rows are sorted, so the kept tokens are a prefix of each row.
+        kept = ((cumulative - weights) < np.float32(config.top_p) * cumulative[:, -1:]).sum(axis=1)
+        width = int(kept.max())
+        weights, ids = weights[:, :width], ids[:, :width]
+        if kept.min() < width:
+            weights = np.where(np.arange(width)[None, :] < kept[:, None], weights, np.float32(0))
+        total = cumulative[rows[:, 0], kept - 1][:, None]
+    else:
+        total = cumulative[:, -1:]
+    return Probs._of((weights / total).astype(np.float32, copy=False), ids)
 
 
 def logits_to_probs(

@@ -29,8 +29,12 @@ class Target(CausalLM):
         self.timer.reset()  # prefill is timed apart from the decode forwards
         self.forward_tokens = []
 
-    def verify(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
+    def checkpoint_and_verify(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
         """Logits [len(tokens), vocab] after each of ``tokens``: the pending token followed by
-        the drafted ones, so row i judges draft i and the last row gives the bonus token."""
-        self.checkpoint()
+        the drafted ones, so row i judges draft i and the last row gives the bonus token.
+
+        Takes the rollback point first when a drafted token may be rejected (a block of more
+        than one token on a cache that cannot be cropped); plain decoding never needs one."""
+        if len(tokens) > 1:
+            self.checkpoint()
         return self.forward(tokens)

@@ -23,11 +23,11 @@ def test_target_crop_equals_fresh_prefill(builder, keep):
     prompt = [4, 8, 15, 16, 23, 42, 7]  # longer than the gemma sliding window of 4
     target.prefill(prompt[:-1])
     block = [prompt[-1], 11, 12, 13, 14, 15]
-    target.verify(block)
-    target.crop(len(prompt) + keep)
+    target.checkpoint_and_verify(block)
+    target.crop_or_replay(len(prompt) + keep)
     kept = prompt + block[1 : 1 + keep]
     nxt = 33
-    after_crop = target.verify([nxt])[-1]
+    after_crop = target.checkpoint_and_verify([nxt])[-1]
     torch.testing.assert_close(after_crop, fresh_next_logits(model, kept + [nxt]), rtol=1e-4, atol=1e-4)
     assert target.cached_len == len(kept) + 1
 
@@ -52,4 +52,4 @@ def test_crop_cannot_grow_the_cache():
     lm = CausalLM(tiny_qwen3())
     lm.forward([1, 2, 3])
     with pytest.raises(ValueError, match="cannot crop a cache of 3 tokens to 5"):
-        lm.crop(5)
+        lm.crop_or_replay(5)

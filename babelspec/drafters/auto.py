@@ -39,6 +39,7 @@ class RoutedDrafter(Drafter):
         self.min_speedup = min_speedup
         self.vocab_size = inner.vocab_size if inner is not None else None
         self.name = f"auto[{route.drafter},g={route.gamma}]"
+        self.preferred_gamma = max(1, route.gamma)
         self._reset_counts()
 
     def _reset_counts(self) -> None:

@@ -60,7 +60,7 @@ class ModelDrafter(Drafter):
         self.ids = self.ids + self.drafted[:n_accepted] + [next_token]
         self.drafted = []
         if self.lm.cached_len > keep:
-            self.lm.crop(keep)
+            self.lm.crop_or_replay(keep)
 
     def forward_seconds(self) -> list[float]:
         return list(self.lm.forward_seconds)

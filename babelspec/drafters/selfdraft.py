@@ -49,6 +49,21 @@ def truncated_config(config: Any, k: int) -> Any:
     return cfg
 
 
+def _check_has_attention(config: Any, k: int) -> None:
+    """The first k layers must hold an attention layer: Hugging Face measures a cache's length
+    on one, and a cache of linear-attention layers only has none (Qwen3.5 starts linear,
+    linear, linear, full)."""
+    kinds = getattr(config.get_text_config(), "layer_types", None)
+    if not kinds or any("linear" not in kind for kind in kinds[:k]):
+        return
+    first = next((i + 1 for i, kind in enumerate(kinds) if "linear" not in kind), None)
+    hint = f"use self:{first} or more" if first else "this model has no attention layer to draft with"
+    raise ValueError(
+        f"self:{k} would keep only linear-attention layers (the first attention layer is layer "
+        f"{first}), and a cache without an attention layer has no length to continue from; {hint}"
+    )
+
+
 def truncated_model(model: torch.nn.Module, k: int) -> torch.nn.Module:
     """A model made of ``model``'s first ``k`` decoder layers, sharing all its tensors.
 
@@ -61,6 +76,7 @@ def truncated_model(model: torch.nn.Module, k: int) -> torch.nn.Module:
     n = len(layers)
     if not 1 <= k <= n:
         raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
+    _check_has_attention(model.config, k)
     cfg = truncated_config(model.config, k)
     with torch.device("meta"):
         draft = type(model)(cfg)

@@ -170,7 +170,7 @@ def drafter_costs(target: Any, prompt: PromptItem, drafters: list[str], *, repea
         t0 = time.perf_counter()
         lm.forward(ids, logits_to_keep=keep)
         times[key].append(time.perf_counter() - t0)
-        lm.crop(length)
+        lm.crop_or_replay(length)
 
     for _ in range(repeats + 1):  # the first round warms up and is dropped
         timed("target_1", target, [probe], 0)
