@@ -167,6 +167,7 @@ class RecurrentSnapshot:
     states: list[tuple[object, dict[int, torch.Tensor]]]  # (layer, state index -> copy)
 
     @staticmethod
+    @torch.inference_mode()
     def take(cache: DynamicCache, length: int) -> "RecurrentSnapshot":
         states = []
         for layer in cache.layers:
@@ -175,6 +176,7 @@ class RecurrentSnapshot:
                 states.append((layer, {i: t.clone() for i, t in recurrent.items() if t is not None}))
         return RecurrentSnapshot(length, states)
 
+    @torch.inference_mode()
     def restore(self) -> None:
         for layer, copies in self.states:
             for i, t in copies.items():

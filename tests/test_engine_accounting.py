@@ -1,0 +1,82 @@
+"""What a step costs is counted where it belongs: rollback points only when something can be
+rolled back, only the recurrent state copied, replays tagged apart from decode forwards, and
+the drafter's commit counted as drafting."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from babelspec.drafters.base import NoDrafter
+from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
+from babelspec.engine import generate
+from babelspec.lm import CausalLM
+from babelspec.sampling import SamplingConfig
+from babelspec.target import Target
+from tiny import ScriptedDrafter, tiny_qwen35
+
+GREEDY = SamplingConfig(greedy=True, repetition_penalty=2.0, repetition_window=6)
+PROMPT = [3, 17, 9, 40, 22, 5, 8, 13, 21, 34]
+
+
+def test_plain_decoding_takes_no_rollback_point(monkeypatch):
+    taken = []
+    original = CausalLM.checkpoint
+    monkeypatch.setattr(CausalLM, "checkpoint", lambda self: (taken.append(1), original(self)))
+    result = generate(Target(tiny_qwen35(seed=1)), NoDrafter(), PROMPT, max_new_tokens=12, sampling=GREEDY)
+    assert result.n_tokens == 12 and taken == []
+
+
+def test_the_rollback_point_copies_only_the_recurrent_state():
+    sizes = []
+    for n in (8, 64):
+        lm = CausalLM(tiny_qwen35(seed=1))
+        lm.forward([i % 60 + 1 for i in range(n)])
+        lm.checkpoint()
+        sizes.append(sum(t.numel() for _, copies in lm._checkpoint.states for t in copies.values()))
+    assert sizes[0] == sizes[1] > 0  # fixed-size recurrent states, not the growing KV cache
+
+
+def test_replays_are_tagged_apart_from_verification_forwards():
+    target = Target(tiny_qwen35(seed=1))  # recurrent layers: a rejection replays the kept tokens
+    reference = generate(target, NoDrafter(), PROMPT, max_new_tokens=16, sampling=GREEDY).token_ids
+    drafter = ScriptedDrafter(reference + [0] * 8, vocab_size=64, always_wrong=True)
+    result = generate(target, drafter, PROMPT, gamma=3, max_new_tokens=16, sampling=GREEDY)
+    assert result.token_ids == reference and result.rejections > 0
+    assert len(result.target_forward_seconds) == result.steps  # one verification forward per step
+    assert len(result.target_replay_seconds) == result.rejections
+    assert result.rollback_seconds >= sum(result.target_replay_seconds)
+
+
+def test_a_head_drafter_on_a_recurrent_cache_replays_only_since_its_rollback_point():
+    target = Target(tiny_qwen35(seed=1))
+    drafter = VocabHeadDrafter(RestrictedHeadLM(tiny_qwen35(seed=2), torch.arange(64)), name="head")
+    sizes: list[int] = []
+    drafter.lm.model.register_forward_pre_hook(lambda m, args, kwargs: sizes.append(kwargs["input_ids"].shape[1]),
+                                               with_kwargs=True)
+    original_start = drafter.start
+
+    def start(*args, **kwargs):
+        original_start(*args, **kwargs)
+        sizes.clear()  # the prefill of the prompt is not a step
+
+    drafter.start = start
+    result = generate(target, drafter, PROMPT, gamma=3, max_new_tokens=24, sampling=GREEDY)
+    assert result.rejections > 0
+    assert max(sizes) <= 3 + 1  # never the whole context again
+    assert len(drafter.forward_seconds()) == result.proposed  # one draft forward per drafted token
+
+
+class SlowCommit(ScriptedDrafter):
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        time.sleep(0.01)
+        super().commit(n_accepted, next_token)
+
+
+def test_the_drafters_commit_is_counted_as_drafting():
+    target = Target(tiny_qwen35(seed=1))
+    reference = generate(target, NoDrafter(), PROMPT, max_new_tokens=8, sampling=GREEDY).token_ids
+    result = generate(target, SlowCommit(reference + [0] * 8, vocab_size=64, spoil_every=3), PROMPT,
+                      gamma=2, max_new_tokens=8, sampling=GREEDY)
+    assert result.draft_seconds >= 0.01 * result.steps
