@@ -269,18 +269,18 @@ def warp(
         values = values[rows, order]
         ids = order if ids is None else ids[rows, order]
     weights = np.exp(values - values.max(axis=1, keepdims=True))  # softmax numerators
-    cumulative = np.cumsum(weights, axis=1)
+    cumulative = np.cumsum(weights, axis=1, dtype=np.float64)
     if config.top_p < 1.0:
         # Drop a token when the mass before it already reaches top_p (the first always stays);
         # rows are sorted, so the kept tokens are a prefix of each row.
-        kept = ((cumulative - weights) < np.float32(config.top_p) * cumulative[:, -1:]).sum(axis=1)
+        kept = ((cumulative - weights) < config.top_p * cumulative[:, -1:]).sum(axis=1)
         width = int(kept.max())
         weights, ids = weights[:, :width], ids[:, :width]
         if kept.min() < width:
             weights = np.where(np.arange(width)[None, :] < kept[:, None], weights, np.float32(0))
-        total = cumulative[rows[:, 0], kept - 1][:, None]
+        total = cumulative[rows[:, 0], kept - 1][:, None].astype(np.float32)
     else:
-        total = cumulative[:, -1:]
+        total = cumulative[:, -1:].astype(np.float32)
     return Probs._of((weights / total).astype(np.float32, copy=False), ids)
 
 
@@ -292,22 +292,3 @@ def logits_to_probs(
 ) -> torch.Tensor:
     """Warp ``logits`` [n, vocab] into dense probabilities [n, vocab] (see ``warp``)."""
     return warp(logits, config, sequence, first_position).dense(logits.shape[1])
-
-
-def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One token per row of ``probs`` [n, vocab] -> [n] long, by inverting the CDF.
-
-    torch.multinomial draws per vocabulary entry and costs milliseconds on a 262k vocabulary;
-    one uniform and a float64 cumulative sum cost microseconds and never pick a zero entry."""
-    cdf = probs.double().cumsum(dim=1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, dtype=torch.float64) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=probs.shape[1] - 1)
-
-
-def residual(target_row: torch.Tensor, draft_row: torch.Tensor) -> torch.Tensor:
-    """norm(max(0, q - p)): where to resample after a rejection (Leviathan et al., Alg. 1)."""
-    r = (target_row - draft_row).clamp_(min=0.0)
-    total = r.sum()
-    if total <= 0:  # q == p up to rounding: a rejection is then a measure-zero event
-        return target_row
-    return r / total

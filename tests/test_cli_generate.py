@@ -34,6 +34,17 @@ def test_generate_json_matches_hugging_face_greedy():
     assert out["text"] == tokenizer.decode(out["token_ids"], skip_special_tokens=True)
 
 
+def test_generate_with_auto_drafts_the_routers_gamma_unless_told(tmp_path):
+    router = tmp_path / "router.json"
+    router.write_text(json.dumps({"version": 1, "target": "gemma-3-270m", "min_speedup": 0.0, "routes": [
+        {"language": "amh", "task": "*", "drafter": "self1", "spec": "self:1", "gamma": 6, "c": 0.1,
+         "alpha": 0.5, "theoretical_f": 1.2, "predicted_speedup": 1.3, "source": "measured"}]}))
+    common = ["generate", "--drafter", f"auto:{router}", "--lang", "amh", "--greedy", "--max-new-tokens", "8",
+              "--prompt", PROMPT, "--json"]
+    out = json.loads(run(*common).stdout)
+    assert out["gamma"] == 6 and max(out["proposed_per_step"]) == 6  # not capped by a default of 4
+
+
 @pytest.mark.parametrize(
     "args,message",
     [(["--gamma", "0"], "--gamma must be >= 1"), (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 0"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import tiny_gemma3, tiny_qwen3
+from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.model import ModelDrafter
@@ -55,6 +55,16 @@ def _head_drafter(model: torch.nn.Module, keep: list[int], layers: int | None = 
                   target: Target | None = None) -> VocabHeadDrafter:
     body = truncated_model(model, layers) if layers else model
     return VocabHeadDrafter(RestrictedHeadLM(body, torch.tensor(keep)), name="head:test", target=target)
+
+
+def test_self_k_on_linear_attention_layers_only_is_refused_with_the_smallest_k_that_works() -> None:
+    target = Target(tiny_qwen35(layers=8))  # linear, linear, linear, full, ...
+    for spec in ("self:2", "self:3"):
+        with pytest.raises(ValueError, match="only linear-attention layers.*use self:4 or more"):
+            make_drafter(spec, target)
+    result = generate(target, make_drafter("self:4", target), [1, 2, 3], gamma=2, max_new_tokens=6,
+                      sampling=SamplingConfig(greedy=True))
+    assert result.n_tokens == 6 and result.proposed > 0
 
 
 def test_restricted_head_is_normalised_and_zero_outside_its_tokens() -> None:
