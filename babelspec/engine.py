@@ -117,22 +117,19 @@ def validate_request(
         raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
 
 
-def accept_or_reject(q: Probs, draft: Draft, generator: torch.Generator) -> tuple[int, int]:
+def accept_or_reject(q: Probs, draft: Draft, rng: np.random.Generator) -> tuple[int, int]:
     """Judge the drafted tokens against the target's distributions ``q`` (k + 1 rows).
 
     Returns (number accepted, next token): the correction after a rejection, else a bonus
     token from the last row. Lossless for any draft distribution the tokens were drawn from.
     """
     k = len(draft)
-    u = torch.rand(k + 1, generator=generator, dtype=torch.float64).numpy()  # k judgements, one draw
-    if k:
-        tokens = draft.tokens.numpy()
-        q_tok = q.prob_of(tokens)  # q: target prob of each drafted token
-        p_tok = draft.probs.prob_of(tokens)  # p: draft prob (1 for a point mass)
-        rejected = np.flatnonzero(u[:k] * p_tok >= q_tok)  # accept with prob min(1, q/p)
-        if len(rejected):
-            n = int(rejected[0])
-            return n, q.draw_residual(n, draft.probs, float(u[k]))
+    u = rng.random(k + 1)  # k judgements, then one draw
+    for i, token in enumerate(draft.tokens.tolist()):
+        # q: target prob, p: draft prob (1 for a point mass); accept with prob min(1, q/p),
+        # so q >= p is always accepted (u < 1)
+        if u[i] * draft.probs.prob(i, token) >= q.prob(i, token):
+            return i, q.draw_residual(i, draft.probs, float(u[k]))
     return k, q.draw(k, float(u[k]))
 
 
@@ -157,7 +154,8 @@ def generate(
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         eos_token_ids = () if eos is None else (eos,)
     eos_set = set(eos_token_ids)
-    generator = torch.Generator().manual_seed(sampling.seed)
+    generator = torch.Generator().manual_seed(sampling.seed)  # the drafters'
+    rng = np.random.default_rng(sampling.seed)  # the judge's
 
     started = time.perf_counter()
     # seq holds prompt + generated ids; the target caches all but the last (pending) one.
@@ -184,7 +182,7 @@ def generate(
         seq[length : length + k] = draft.tokens
         logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
         q = warp(logits, sampling, seq, first_position=length)
-        n, next_token = accept_or_reject(q, draft, generator)
+        n, next_token = accept_or_reject(q, draft, rng)
 
         new_tokens = drafted[:n] + [next_token]
         t0 = time.perf_counter()

@@ -7,6 +7,7 @@ point mass at the arg-max of the penalised logits, so one rejection rule serves 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -64,17 +65,23 @@ def _draw(probs: np.ndarray, u: float) -> int:
     return j if j < len(cdf) else int(np.flatnonzero(probs)[-1])
 
 
-@dataclass
 class Probs:
     """Distributions over a vocabulary, one per row: the one type that drafters hand to the
     verifier and that warping returns (a point mass is a row of width one, as in vLLM's sampler).
 
     Row i puts ``probs[i, j]`` on token ``ids[i, j]``; entries of probability 0 are padding (any
     id). ``ids`` None means full rows: column j is token j. Arrays are NumPy: the judge works on
-    a few hundred candidates, where a NumPy operation costs about 1 µs and an eager torch one 5."""
+    a few hundred candidates, where a NumPy operation costs about 1 µs and an eager torch one 5.
+    The verifier's rows are warped on first use (``lazy``): the judge stops at the first
+    rejection, and the rows after it are never needed."""
 
-    probs: np.ndarray  # [n, m] float32, each row sums to 1
-    ids: np.ndarray | None = None  # [n, m] int64 token ids, or None for full rows
+    _row: Callable[[int], tuple[np.ndarray, np.ndarray | None]] | None = None  # lazy rows' maker
+
+    def __init__(self, probs: np.ndarray | torch.Tensor, ids: np.ndarray | torch.Tensor | None = None) -> None:
+        self.probs = _as_numpy(probs, np.float32)  # [n, m] float32, each row sums to 1
+        self.ids = None if ids is None else _as_numpy(ids, np.int64)  # [n, m] token ids, or None: full rows
+        if self.ids is not None and self.ids.shape != self.probs.shape:
+            raise ValueError(f"ids {self.ids.shape} and probs {self.probs.shape} must have one shape")
 
     @classmethod
     def _of(cls, probs: np.ndarray, ids: np.ndarray | None) -> "Probs":
@@ -83,25 +90,44 @@ class Probs:
         out.probs, out.ids = probs, ids
         return out
 
-    def __post_init__(self) -> None:
-        self.probs = _as_numpy(self.probs, np.float32)
-        if self.ids is not None:
-            self.ids = _as_numpy(self.ids, np.int64)
-            if self.ids.shape != self.probs.shape:
-                raise ValueError(f"ids {self.ids.shape} and probs {self.probs.shape} must have one shape")
+    @classmethod
+    def lazy(cls, n: int, row: Callable[[int], tuple[np.ndarray, np.ndarray | None]]) -> "Probs":
+        """n rows, row i made by ``row(i)`` -> (probs [m], ids [m] or None) when first used."""
+        out = object.__new__(cls)
+        out._n, out._row, out._made = n, row, {}
+        return out
+
+    def __getattr__(self, name: str):  # a lazy Probs makes its arrays when they are asked for
+        if name in ("probs", "ids") and self._row is not None:
+            rows = [self._made_row(i) for i in range(self._n)]
+            if all(ids is None for _, ids in rows):
+                self.probs, self.ids = np.stack([p for p, _ in rows]), None
+            else:
+                full = Probs.cat([Probs._of(p[None], ids[None]) for p, ids in rows])
+                self.probs, self.ids = full.probs, full.ids
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _made_row(self, i: int) -> tuple[np.ndarray, np.ndarray | None]:
+        made = self._made.get(i)
+        if made is None:
+            made = self._made[i] = self._row(i)
+        return made
 
     @classmethod
     def point(cls, tokens: torch.Tensor | np.ndarray | list[int]) -> "Probs":
         """A point mass at each of ``tokens`` (greedy drafts, n-gram top-1 lookups)."""
         ids = _as_numpy(tokens, np.int64).reshape(-1, 1)
-        return cls(np.ones(ids.shape, dtype=np.float32), ids)
+        return cls._of(np.ones(ids.shape, dtype=np.float32), ids)
 
     @classmethod
     def cat(cls, rows: "list[Probs]") -> "Probs":
         """Stack rows; compact rows of different widths are padded with probability 0."""
         if all(r.ids is None for r in rows):
-            return cls(np.concatenate([r.probs for r in rows]))
+            return cls._of(np.concatenate([r.probs for r in rows]), None)
         width = max(r.width for r in rows)
+        if all(r.width == width and r.ids is not None for r in rows):
+            return cls._of(np.concatenate([r.probs for r in rows]), np.concatenate([r.ids for r in rows]))
         probs = np.zeros((sum(len(r) for r in rows), width), dtype=np.float32)
         ids = np.zeros(probs.shape, dtype=np.int64)
         i = 0
@@ -110,10 +136,10 @@ class Probs:
             probs[i : i + len(r), : r.width] = r.probs
             ids[i : i + len(r), : r.width] = r_ids
             i += len(r)
-        return cls(probs, ids)
+        return cls._of(probs, ids)
 
     def __len__(self) -> int:
-        return self.probs.shape[0]
+        return self.probs.shape[0] if self._row is None else self._n
 
     @property
     def width(self) -> int:
@@ -121,26 +147,37 @@ class Probs:
 
     def support(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """Row i as (token ids, probabilities)."""
-        if self.ids is None:
-            return np.arange(self.width), self.probs[i]
-        return self.ids[i], self.probs[i]
+        if self._row is not None:
+            probs, ids = self._made_row(i)
+        else:
+            probs, ids = self.probs[i], self.ids[i] if self.ids is not None else None
+        return (np.arange(len(probs)) if ids is None else ids), probs
+
+    def prob(self, i: int, token: int) -> float:
+        """Row i's probability of ``token``."""
+        if self._row is not None:
+            probs, ids = self._made_row(i)
+        elif self.ids is None:
+            return float(self.probs[i, token])
+        else:
+            probs, ids = self.probs[i], self.ids[i]
+        return float(probs[token] if ids is None else probs[ids == token].sum())
 
     def prob_of(self, tokens: np.ndarray) -> np.ndarray:
         """Row i's probability of ``tokens[i]``, for each of the first len(tokens) rows."""
-        k = len(tokens)
-        if self.ids is None:
-            return self.probs[np.arange(k), tokens]
-        return (self.probs[:k] * (self.ids[:k] == tokens[:, None])).sum(axis=1)
+        return np.array([self.prob(i, int(t)) for i, t in enumerate(tokens)], dtype=np.float32)
 
     def prob_at(self, i: int, tokens: np.ndarray) -> np.ndarray:
         """Row i's probability of each of ``tokens``."""
-        if self.ids is None:
-            return self.probs[i, tokens]
-        if len(tokens) * self.width <= 1 << 16:
-            return (self.probs[i] * (tokens[:, None] == self.ids[i][None, :])).sum(axis=1)
-        lookup = np.zeros(max(int(tokens.max()), int(self.ids[i].max())) + 1, dtype=np.float32)
-        np.add.at(lookup, self.ids[i], self.probs[i])
-        return lookup[tokens]
+        ids, probs = self.support(i)
+        if len(ids) == 1:
+            return np.where(tokens == ids[0], probs[0], np.float32(0))
+        mass = probs > 0  # padding may repeat a real id
+        row = _scratch(max(int(tokens.max()), int(ids.max())) + 1)
+        row[ids[mass]] = probs[mass]
+        out = row[tokens]
+        row[ids] = 0.0
+        return out
 
     def dense(self, vocab_size: int | None = None) -> torch.Tensor:
         """Full rows [n, vocab_size] as a torch tensor."""
@@ -157,11 +194,14 @@ class Probs:
         ids, probs = self.support(i)
         return int(ids[0]) if len(ids) == 1 else int(ids[_draw(probs, u)])
 
-    def sample(self, generator: torch.Generator | None = None) -> np.ndarray:
+    def sample(self, generator: np.random.Generator | torch.Generator | None = None) -> np.ndarray:
         """One token per row, by inverting each row's CDF."""
-        if self.width == 1:
+        if self._row is None and self.width == 1:
             return self.ids[:, 0].copy() if self.ids is not None else np.zeros(len(self), dtype=np.int64)
-        u = torch.rand(len(self), generator=generator, dtype=torch.float64).numpy()
+        if isinstance(generator, np.random.Generator):
+            u = generator.random(len(self))
+        else:
+            u = torch.rand(len(self), generator=generator, dtype=torch.float64).numpy()
         return np.array([self.draw(i, float(u[i])) for i in range(len(self))], dtype=np.int64)
 
     def draw_residual(self, i: int, draft: "Probs", u: float) -> int:
@@ -176,7 +216,17 @@ class Probs:
     def with_ids(self, id_of: np.ndarray) -> "Probs":
         """The same rows with ids (or column numbers, for full rows) mapped through ``id_of``."""
         cols = self.ids if self.ids is not None else np.broadcast_to(np.arange(self.width), self.probs.shape)
-        return Probs(self.probs, id_of[cols])
+        return Probs._of(self.probs, id_of[cols])
+
+
+_SCRATCH = [np.zeros(0, dtype=np.float32)]
+
+
+def _scratch(size: int) -> np.ndarray:
+    """A zeroed row of at least ``size`` entries, reused (callers zero what they write)."""
+    if len(_SCRATCH[0]) < size:
+        _SCRATCH[0] = np.zeros(max(size, 2 * len(_SCRATCH[0])), dtype=np.float32)
+    return _SCRATCH[0]
 
 
 def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int, window: int) -> np.ndarray:
@@ -184,6 +234,8 @@ def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int
 
     Positions before the sequence start repeat the row's first valid token (no effect)."""
     seq = sequence.numpy() if isinstance(sequence, torch.Tensor) else np.asarray(sequence)
+    if n == 1 and first_position >= window:
+        return seq[None, first_position - window : first_position]
     positions = (first_position + np.arange(n))[:, None] + np.arange(-window, 0)[None, :]
     if first_position < window:
         positions = np.maximum(positions, 0)
@@ -191,32 +243,66 @@ def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int
 
 
 def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
-    """[n, k] column ids holding each row's k largest entries, in no order (ties broken
-    arbitrarily, as by torch.topk).
+    """Ids of the k largest entries of the row ``x``, in no order (ties broken arbitrarily,
+    as by torch.topk).
 
     On a large vocabulary one pass takes the maxima of 4,096 strided chunks, and only the k
     chunks with the largest maxima are searched: every entry of the top k lies in one of them
     (k chunk maxima above its own chunk's would be k entries above it)."""
-    n, vocab = x.shape
+    vocab = len(x)
     chunks = 4096
     length = vocab // chunks
     if length < 16 or 4 * k > chunks:
-        return np.argpartition(x, vocab - k, axis=1)[:, vocab - k :]
-    main = length * chunks
-    # x3[r, l, c] = x[r, l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
-    x3 = np.lib.stride_tricks.as_strided(x, (n, length, chunks), (x.strides[0], chunks * x.strides[1], x.strides[1]))
-    best = np.argpartition(x3.max(axis=1), chunks - k, axis=1)[:, chunks - k :]  # [n, k] chunks
-    ids = (np.arange(0, main, chunks)[None, :, None] + best[:, None, :]).reshape(n, -1)
+        return np.argpartition(x, vocab - k)[vocab - k :]
+    main = length * chunks  # x[l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
+    best = np.argpartition(x[:main].reshape(length, chunks).max(axis=0), chunks - k)[chunks - k :]
+    ids = (np.arange(0, main, chunks)[:, None] + best[None, :]).ravel()
     if main < vocab:  # the columns after the last whole row of chunks are always candidates
-        ids = np.concatenate([ids, np.broadcast_to(np.arange(main, vocab), (n, vocab - main))], axis=1)
-    rows = np.arange(n)[:, None]
-    pick = np.argpartition(x[rows, ids], ids.shape[1] - k, axis=1)[:, ids.shape[1] - k :]
-    return ids[rows, pick]
+        ids = np.concatenate([ids, np.arange(main, vocab)])
+    return ids[np.argpartition(x[ids], len(ids) - k)[len(ids) - k :]]
 
 
 def _penalised(values: np.ndarray, penalty: float) -> np.ndarray:
     """CTRL penalty: positive logits divided by it, negative ones multiplied."""
-    return np.where(values > 0, values / np.float32(penalty), values * np.float32(penalty))
+    return values * np.where(values > 0, np.float32(1 / penalty), np.float32(penalty))
+
+
+def _warp_row(x: np.ndarray, window: np.ndarray | None, config: SamplingConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """(probabilities, ids or None for a full row) of one row of logits ``x`` (left unchanged)."""
+    vocab = len(x)
+    if window is not None:
+        # Penalise in place, then restore (a token seen twice is written twice with the same
+        # value: penalised once, as in Hugging Face's processor).
+        saved = x[window]
+        x[window] = _penalised(saved, config.repetition_penalty)
+    try:
+        if config.greedy:  # a point mass at the arg-max (the first one, as torch.argmax)
+            return _ONE, np.array([np.argmax(x)])
+        if 0 < config.top_k < vocab:
+            ids = _top_candidates(x, config.top_k)
+            values = x[ids]
+        else:
+            ids, values = None, x.copy() if window is not None else x
+    finally:
+        if window is not None:
+            x[window] = saved
+    if config.temperature != 1.0:
+        values = values / np.float32(config.temperature)
+    if ids is not None or config.top_p < 1.0:
+        order = np.argsort(-values, kind="stable")  # descending
+        values = values[order]
+        ids = order if ids is None else ids[order]
+    weights = np.exp(values - values[0] if ids is not None else values - values.max())  # softmax numerators
+    cumulative = np.cumsum(weights, dtype=np.float64)
+    if config.top_p < 1.0:
+        # Drop a token when the mass before it already reaches top_p (the first always stays);
+        # the row is sorted, so the mass before each token grows along it.
+        kept = max(1, int(np.searchsorted(cumulative - weights, config.top_p * cumulative[-1], side="left")))
+        return weights[:kept] / np.float32(cumulative[kept - 1]), ids[:kept]
+    return weights / np.float32(cumulative[-1]), ids
+
+
+_ONE = np.ones(1, dtype=np.float32)
 
 
 def warp(
@@ -228,9 +314,8 @@ def warp(
     """Warp ``logits`` [n, vocab] under ``config``: penalty, temperature, top-k, top-p.
 
     Row i is the distribution of the token at position ``first_position + i`` of ``sequence``
-    (needed only for the repetition penalty). With top-k (or greedy decoding) only the k
-    largest penalised logits go further: the vocabulary is read once, and what follows works
-    on k candidates, a few NumPy operations per block of rows.
+    (needed only for the repetition penalty). With top-k (or greedy decoding) the vocabulary is
+    read once and only the k candidates go further: a handful of NumPy operations per row.
     """
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
         x = logits.numpy()
@@ -238,50 +323,13 @@ def warp(
         x = logits.detach().float().cpu().numpy()
     if x.strides[1] != x.itemsize:
         x = np.ascontiguousarray(x)
-    n, vocab = x.shape
-    rows = np.arange(n)[:, None]
-    keep = 1 if config.greedy else (config.top_k if 0 < config.top_k < vocab else 0)
-    window = saved = None
+    window = None
     if sequence is not None and config.repetition_penalty != 1.0 and config.repetition_window > 0:
-        window = _window_ids(sequence, first_position, n, config.repetition_window)
-        saved = x[rows, window]
-        if not keep:
-            x = x.copy()
-        # Penalise in place (a token seen twice is written twice with the same value, so it is
-        # penalised once, as in Hugging Face's processor); restored below when x is the caller's.
-        x[rows, window] = _penalised(saved, config.repetition_penalty)
-    try:
-        if keep:
-            ids = _top_candidates(x, keep)
-            values = x[rows, ids]
-        else:
-            ids, values = None, x
-    finally:
-        if window is not None and keep:
-            x[rows, window] = saved
-    if config.greedy:  # a point mass at the arg-max; ties go to the smallest id, as torch.argmax
-        best = np.where(values == values.max(axis=1, keepdims=True), ids, np.iinfo(np.int64).max)
-        return Probs._of(np.ones((n, 1), dtype=np.float32), best.min(axis=1, keepdims=True))
-    if config.temperature != 1.0:
-        values = values / np.float32(config.temperature)
-    if keep or config.top_p < 1.0:
-        order = np.argsort(-values, axis=1, kind="stable")  # descending
-        values = values[rows, order]
-        ids = order if ids is None else ids[rows, order]
-    weights = np.exp(values - values.max(axis=1, keepdims=True))  # softmax numerators
-    cumulative = np.cumsum(weights, axis=1, dtype=np.float64)
-    if config.top_p < 1.0:
-        # Drop a token when the mass before it already reaches top_p (the first always stays);
-        # rows are sorted, so the kept tokens are a prefix of each row.
-        kept = ((cumulative - weights) < config.top_p * cumulative[:, -1:]).sum(axis=1)
-        width = int(kept.max())
-        weights, ids = weights[:, :width], ids[:, :width]
-        if kept.min() < width:
-            weights = np.where(np.arange(width)[None, :] < kept[:, None], weights, np.float32(0))
-        total = cumulative[rows[:, 0], kept - 1][:, None].astype(np.float32)
-    else:
-        total = cumulative[:, -1:].astype(np.float32)
-    return Probs._of((weights / total).astype(np.float32, copy=False), ids)
+        window = _window_ids(sequence, first_position, len(x), config.repetition_window)
+    if len(x) == 1:
+        probs, ids = _warp_row(x[0], None if window is None else window[0], config)
+        return Probs._of(probs[None], None if ids is None else ids[None])
+    return Probs.lazy(len(x), lambda i: _warp_row(x[i], None if window is None else window[i], config))
 
 
 def logits_to_probs(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from babelspec.drafters import register
@@ -11,6 +12,12 @@ from babelspec.drafters.base import Draft, Drafter
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.lm import CausalLM
 from babelspec.target import Target
+
+
+def _numpy_rng(generator: torch.Generator) -> np.random.Generator:
+    """A NumPy generator seeded by one draw from the engine's: reproducible, and a uniform
+    costs a fraction of a microsecond instead of a torch call."""
+    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
 
 
 class ModelDrafter(Drafter):
@@ -25,6 +32,7 @@ class ModelDrafter(Drafter):
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.sampling, self.generator = sampling, generator
+        self.rng = _numpy_rng(generator)
         self.ids = list(context_ids)
         self.drafted = []
         self.lm.reset()
@@ -32,7 +40,7 @@ class ModelDrafter(Drafter):
             self.lm.forward(self.ids[:-1], logits_to_keep=1)
         self.lm.timer.reset()  # c compares decode forwards only
 
-    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Probs:
+    def next_probs(self, pending: list[int], sequence: np.ndarray, position: int) -> Probs:
         """Forward the pending tokens; distribution (one row) of the token at ``position``.
 
         The per-row hook a drafter with another output head overrides (``vocabhead``)."""
@@ -42,12 +50,12 @@ class ModelDrafter(Drafter):
     def propose(self, gamma: int) -> Draft:
         self.lm.checkpoint()  # rollback point for caches that cannot be cropped
         pending = self.ids[self.lm.cached_len :]
-        sequence = torch.tensor(self.ids + [0] * gamma)
+        sequence = np.array(self.ids + [0] * gamma, dtype=np.int64)
         tokens: list[int] = []
         rows: list[Probs] = []
         for i in range(gamma):
             p = self.next_probs(pending, sequence, len(self.ids) + i)
-            token = int(p.sample(self.generator)[0])
+            token = int(p.sample(self.rng)[0])
             tokens.append(token)
             rows.append(p)
             sequence[len(self.ids) + i] = token

@@ -15,7 +15,7 @@ import torch
 
 from babelspec.drafters import register
 from babelspec.drafters.base import Drafter
-from babelspec.drafters.model import ModelDrafter
+from babelspec.drafters.model import ModelDrafter, _numpy_rng
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
@@ -113,6 +113,7 @@ class SelfDrafter(ModelDrafter):
         can_copy = target is not None and target.croppable
         if can_copy and len(context_ids) > 1 and target.cached_len == len(context_ids) - 1:
             self.sampling, self.generator = sampling, generator
+            self.rng = _numpy_rng(generator)
             self.ids = list(context_ids)
             self.drafted = []
             self.lm.reset()

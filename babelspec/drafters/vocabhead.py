@@ -106,12 +106,12 @@ class VocabHeadDrafter(SelfDrafter):
         self._pad = torch.full((1, 1), float("-inf"))
         super().start(context_ids, sampling, generator)
 
-    def next_probs(self, pending: list[int], sequence: torch.Tensor, position: int) -> Probs:
+    def next_probs(self, pending: list[int], sequence: np.ndarray, position: int) -> Probs:
         """One row over the kept columns, in full-vocabulary ids (zero outside them)."""
         logits = self.lm.forward(pending, logits_to_keep=1)  # [1, n columns]
         logits = torch.cat([logits, self._pad], 1)  # column n: every id outside the set, at -inf
         # The repetition penalty looks at past tokens: give it their column numbers.
-        columns = self._column_of[sequence.numpy()]
+        columns = self._column_of[sequence]
         return warp(logits, self.sampling, columns, first_position=position).with_ids(self._id_of)
 
 
