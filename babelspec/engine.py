@@ -159,8 +159,8 @@ def generate(
 
     started = time.perf_counter()
     # seq holds prompt + generated ids; the target caches all but the last (pending) one.
-    seq = torch.zeros(len(prompt_ids) + max_new_tokens + gamma + 1, dtype=torch.long)
-    seq[: len(prompt_ids)] = torch.tensor(prompt_ids)
+    seq = np.zeros(len(prompt_ids) + max_new_tokens + gamma + 1, dtype=np.int64)
+    seq[: len(prompt_ids)] = prompt_ids
     length = len(prompt_ids)
     target.prefill(prompt_ids[:-1])
     t0 = time.perf_counter()
@@ -179,7 +179,7 @@ def generate(
         if k > k_max:
             raise RuntimeError(f"drafter {drafter.name!r} proposed {k} tokens, more than {k_max}")
         drafted = draft.tokens.tolist()
-        seq[length : length + k] = draft.tokens
+        seq[length : length + k] = drafted
         logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
         q = warp(logits, sampling, seq, first_position=length)
         n, next_token = accept_or_reject(q, draft, rng)
@@ -191,7 +191,7 @@ def generate(
         drafter.commit(n, next_token)
         result.rollback_seconds += t1 - t0
         result.draft_seconds += time.perf_counter() - t1  # rollback, replay, lookup index
-        seq[length : length + n + 1] = torch.tensor(new_tokens)
+        seq[length : length + n + 1] = new_tokens
         length += n + 1
         result.steps += 1
         result.proposed += k

@@ -55,7 +55,7 @@ class ModelDrafter(Drafter):
         rows: list[Probs] = []
         for i in range(gamma):
             p = self.next_probs(pending, sequence, len(self.ids) + i)
-            token = int(p.sample(self.rng)[0])
+            token = p.draw(0, self.rng.random())
             tokens.append(token)
             rows.append(p)
             sequence[len(self.ids) + i] = token
