@@ -34,7 +34,7 @@ def test_generate_json_matches_hugging_face_greedy():
     assert out["text"] == tokenizer.decode(out["token_ids"], skip_special_tokens=True)
 
 
-def test_generate_with_auto_drafts_the_routers_gamma_unless_told(tmp_path):
+def test_generate_with_auto_drafts_the_routers_gamma(tmp_path):
     router = tmp_path / "router.json"
     router.write_text(json.dumps({"version": 1, "target": "gemma-3-270m", "min_speedup": 0.0, "routes": [
         {"language": "amh", "task": "*", "drafter": "self1", "spec": "self:1", "gamma": 6, "c": 0.1,
