@@ -82,7 +82,7 @@ class _OneToken(Drafter):
         pass
 
     def propose(self, gamma: int) -> Draft:
-        return Draft(tokens=torch.tensor([7]))
+        return Draft.point([7])
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         pass
