@@ -7,6 +7,7 @@ that proposes nothing, so wall-clock speedups compare like with like.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -22,7 +23,7 @@ from babelspec.target import Target
 class GenerationResult:
     token_ids: list[int]  # generated tokens only (an EOS that ended generation included)
     text: str  # decoded generated text, cut before a stop string
-    stop_reason: str  # "length", "eos" or "stop_string"
+    stop_reason: str  # "length", "eos", "stop_string" or "stopped" (on_block asked)
     gamma: int
     steps: int = 0  # target verification forwards
     proposed: int = 0  # drafted tokens handed to the verifier
@@ -143,8 +144,14 @@ def generate(
     sampling: SamplingConfig = SamplingConfig(),
     stop_strings: tuple[str, ...] | list[str] = (),
     eos_token_ids: tuple[int, ...] | list[int] | None = None,
+    on_block: Callable[[list[int]], bool | None] | None = None,
 ) -> GenerationResult:
-    """Generate up to ``max_new_tokens`` after ``prompt_ids`` with speculative decoding."""
+    """Generate up to ``max_new_tokens`` after ``prompt_ids`` with speculative decoding.
+
+    ``on_block``, if given, is called after every step with the tokens that step added (the
+    accepted drafted tokens and the verifier's token, cut at an EOS or a stop string); a true
+    return value stops generation there (stop reason ``"stopped"``), e.g. for a server whose
+    client went away."""
     prompt_ids = [int(t) for t in prompt_ids]
     validate_request(target, drafter, prompt_ids, gamma, max_new_tokens)
     tokenizer = target.tokenizer
@@ -207,6 +214,9 @@ def generate(
         if stop is not None:
             end, result.stop_reason = stop
             del generated[end:]
+        if on_block is not None and on_block(generated[start:]) and result.stop_reason == "length":
+            result.stop_reason = "stopped"
+        if result.stop_reason != "length":
             break
 
     result.wall_seconds = time.perf_counter() - started
