@@ -110,3 +110,6 @@ bench_app.command("ngram")(bench_ngram)
 from babelspec.models.cli import bench_equivalence, bench_peers  # noqa: E402
 bench_app.command("peers")(bench_peers)
 bench_app.command("equivalence")(bench_equivalence)
+from babelspec.serve.cli import bench_serve_command, serve_command  # noqa: E402
+app.command("serve")(serve_command)
+bench_app.command("serve")(bench_serve_command)

@@ -1,0 +1,265 @@
+"""One model in memory, a bounded queue in front of it, and the engine thread behind it.
+
+Requests run one at a time on a single thread (the model and its KV cache are shared), in
+arrival order. A request is refused with 429 when ``queue_size`` are already waiting; it is
+ended at its deadline (``request_timeout``), and when its client goes away the engine stops
+it at the next speculative step (``engine.generate``'s ``on_block`` returns true).
+
+The drafter of a request is built as ``babelspec generate`` builds it (the drafter registry,
+the same context), so the same seed gives the same tokens. With ``auto`` the router's route
+for the request's language is used: ``lang`` if given, else the language the project's
+character n-gram classifier detects in the prompt; a detected language the router has no
+route for is decoded plainly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import traceback
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from babelspec.serve.metrics import Metrics
+from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
+
+log = logging.getLogger("babelspec.serve")
+DRAFTER_CACHE_SIZE = 8  # built drafters kept for reuse (an n-gram table, a model's weights)
+
+
+def _router_class():
+    try:  # the router's module may live below the drafters or in the experiments package
+        from babelspec.routing import Router  # type: ignore[import-not-found]
+    except ImportError:
+        from babelspec.experiments.router import Router
+    return Router
+
+
+def _default_router_path():
+    try:
+        from babelspec.routing import default_router_path  # type: ignore[import-not-found]
+    except ImportError:
+        from babelspec.experiments.router import default_router_path
+    return default_router_path()
+
+
+def is_auto(spec: str) -> bool:
+    return spec == "auto" or spec.startswith("auto:")
+
+
+@dataclass
+class Drafting:
+    """How a request was drafted, as the response's ``babelspec`` object reports it."""
+
+    spec: str  # the drafter spec built, as `babelspec generate --drafter` takes it
+    name: str = ""
+    gamma: int = 0  # tokens drafted per step at most (0 for plain decoding)
+    route: dict | None = None  # the router's route, for auto
+    lang: str | None = None  # the language the drafter was built for
+    lang_source: str | None = None  # "request" | "detected" | None
+    detected_lang: str | None = None  # what the classifier says of the prompt
+
+
+@dataclass
+class Outcome:
+    result: Any  # engine.GenerationResult
+    drafting: Drafting
+    seed: int
+    queue_seconds: float
+
+
+@dataclass
+class Job:
+    request: GenerationRequest
+    endpoint: str
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)  # ("started"|"block"|"done"|"error", x)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    drafting: Drafting | None = None
+    arrived: float = field(default_factory=time.monotonic)
+    deadline: float = math.inf
+
+    def emit(self, kind: str, payload: Any = None) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, payload))
+
+
+def timeout_error(seconds: float) -> APIError:
+    return APIError(504, f"the request took longer than the server's request timeout of {seconds:g} s; lower "
+                    "max_tokens, retry later, or start the server with a larger --request-timeout",
+                    type_="timeout_error", code="timeout")  # fmt: skip
+
+
+class Worker:
+    def __init__(self, target: Any, model_id: str, *, drafter: str = "none", router: str | None = None,
+                 queue_size: int = 16, request_timeout: float = 600.0, detector: Any = None,
+                 metrics: Metrics | None = None) -> None:  # fmt: skip
+        self.target, self.model_id = target, model_id
+        self.default_drafter = f"auto:{router}" if drafter == "auto" and router else drafter
+        self.router_path = router
+        self.queue_size, self.request_timeout = queue_size, request_timeout
+        self.detector = detector
+        self.metrics = metrics or Metrics()
+        self.model = ModelInfo(model_id, target.tokenizer, getattr(target, "max_context", None))
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="babelspec-engine")
+        self._lock = threading.Lock()
+        self.admitted = 0  # waiting + running
+        self.running = 0
+        self._seconds_per_request = 1.0  # moving average, for Retry-After
+        self._drafters: OrderedDict[tuple, Any] = OrderedDict()
+        self._routers: dict[str, Any] = {}
+        if is_auto(self.default_drafter):
+            self.router(self.default_drafter)  # a missing or broken router fails at start, not per request
+
+    # --- admission ---
+    @property
+    def queued(self) -> int:
+        return self.admitted - self.running
+
+    def submit(self, request: GenerationRequest, endpoint: str) -> Job:
+        job = Job(request, endpoint, asyncio.get_running_loop(), drafting=self.resolve(request))
+        job.deadline = job.arrived + self.request_timeout
+        with self._lock:
+            if self.admitted - self.running >= self.queue_size:
+                wait = max(1, math.ceil(self._seconds_per_request * (self.admitted - self.running + 1)))
+                raise APIError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry "
+                               f"after {wait} s", type_="rate_limit_error", code="queue_full",
+                               headers={"Retry-After": str(wait)})  # fmt: skip
+            self.admitted += 1
+            self.metrics.queue_length.set(self.queued)
+        self._executor.submit(self._run, job)
+        return job
+
+    # --- drafting ---
+    def detect(self, text: str) -> str | None:
+        if self.detector is None or not text.strip():
+            return None
+        return self.detector.predict(text) or None
+
+    def router(self, spec: str) -> Any:
+        path = spec.partition(":")[2] or self.router_path or str(_default_router_path())
+        if path not in self._routers:
+            try:
+                self._routers[path] = _router_class().load(path)
+            except ValueError as err:
+                raise bad("drafter", f"{err}. Build one with `babelspec run --profile quick -o runs/demo` or give "
+                          "the server --router FILE") from None  # fmt: skip
+        return self._routers[path]
+
+    def resolve(self, req: GenerationRequest) -> Drafting:
+        """The drafter spec and language of a request (cheap: nothing is built here)."""
+        from babelspec.data.languages import LANGUAGES
+
+        detected = self.detect(req.text)
+        lang = req.lang or (detected if detected in LANGUAGES else None)
+        source = "request" if req.lang else ("detected" if lang else None)
+        spec = req.drafter or self.default_drafter
+        d = Drafting(spec=spec, lang=lang, lang_source=source, detected_lang=detected, gamma=req.gamma)
+        if spec == "none":
+            d.gamma = 0
+        if not is_auto(spec):
+            return d
+        if spec == "auto" and self.router_path:
+            spec = d.spec = f"auto:{self.router_path}"
+        router = self.router(spec)
+        try:
+            if lang is None:
+                raise ValueError("no language given or detected")
+            route = router.route(lang, req.task)
+        except ValueError as err:
+            if req.lang:
+                raise bad("lang", f"{err}; or leave 'lang' out and the prompt's language is detected") from None
+            # A language the router was not built for: plain decoding, as the router's fallback.
+            d.spec, d.gamma, d.route = "none", 0, {"drafter": "none", "reason": str(err)}
+            return d
+        d.gamma = min(req.gamma, route.gamma)
+        d.route = {"drafter": route.drafter, "spec": route.spec, "gamma": route.gamma, "source": route.source,
+                   "predicted_speedup": route.predicted_speedup if math.isfinite(route.predicted_speedup) else None}  # fmt: skip
+        return d
+
+    def _drafter(self, d: Drafting, task: str | None) -> Any:
+        from babelspec.drafters import make_drafter
+
+        key = (d.spec, d.lang, task)
+        if key in self._drafters:
+            self._drafters.move_to_end(key)
+            return self._drafters[key]
+        context = {k: v for k, v in (("lang", d.lang), ("task", task)) if v is not None}
+        try:
+            drafter = make_drafter(d.spec, self.target, **context)
+        except (ValueError, FileNotFoundError) as err:
+            raise bad("drafter", f"cannot build drafter {d.spec!r}: {err}") from None
+        self._drafters[key] = drafter
+        while len(self._drafters) > DRAFTER_CACHE_SIZE:
+            self._drafters.popitem(last=False)
+        return drafter
+
+    # --- the engine thread ---
+    def _run(self, job: Job) -> None:
+        from babelspec.engine import generate
+
+        req = job.request
+        started = time.monotonic()
+        outcome_kind = "error"
+        try:
+            if job.cancelled.is_set():
+                outcome_kind = "cancelled"
+                return
+            if started > job.deadline:
+                outcome_kind = "timeout"
+                job.emit("error", timeout_error(self.request_timeout))
+                return
+            with self._lock:
+                self.running = 1
+                self.metrics.running.set(1)
+                self.metrics.queue_length.set(self.queued)
+            job.emit("started")
+            d = job.drafting
+            drafter = self._drafter(d, req.task)
+            d.name = getattr(drafter, "name", d.spec)
+
+            def on_block(ids: list[int]) -> bool:
+                job.emit("block", ids)
+                return job.cancelled.is_set() or time.monotonic() > job.deadline
+
+            result = generate(self.target, drafter, req.prompt_ids, gamma=req.gamma, max_new_tokens=req.max_tokens,
+                              sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
+            lang = d.lang or "unknown"
+            self.metrics.choice.labels(lang, d.spec).inc()
+            self.metrics.generation(lang, d.spec, result)
+            if result.stop_reason == "stopped":
+                if job.cancelled.is_set():
+                    outcome_kind = "cancelled"
+                    return
+                outcome_kind = "timeout"
+                job.emit("error", timeout_error(self.request_timeout))
+                return
+            outcome_kind = "complete"
+            self.metrics.latency.labels(job.endpoint).observe(time.monotonic() - job.arrived)
+            job.emit("done", Outcome(result, d, req.sampling.seed, started - job.arrived))
+        except APIError as err:
+            outcome_kind = "rejected"
+            job.emit("error", err)
+        except ValueError as err:  # the engine's own checks of a request
+            outcome_kind = "rejected"
+            job.emit("error", bad("prompt", str(err)))
+        except Exception as err:  # noqa: BLE001 - answered as a 500, logged with its traceback
+            log.error("generation failed:\n%s", traceback.format_exc())
+            job.emit("error", APIError(500, f"internal error during generation: {type(err).__name__}: {err}",
+                                       type_="server_error", code="internal_error"))  # fmt: skip
+        finally:
+            self.metrics.generations.labels(outcome_kind).inc()
+            with self._lock:
+                self.admitted -= 1
+                self.running = 0
+                elapsed = time.monotonic() - started
+                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * elapsed
+                self.metrics.running.set(0)
+                self.metrics.queue_length.set(self.queued)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
