@@ -23,9 +23,14 @@ def serve_command(
     """An OpenAI-compatible server (completions, chat, streaming) that drafts per language."""
     import logging
 
-    import uvicorn
+    try:
+        import uvicorn
 
-    from babelspec.serve.app import create_app
+        from babelspec.serve.app import create_app
+    except ImportError as err:
+        typer.echo(f"error: babelspec serve needs its extra ({err.name} is missing): pip install 'babelspec[serve]'",
+                   err=True)  # fmt: skip
+        raise typer.Exit(2) from None
     from babelspec.serve.worker import Worker, is_auto
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

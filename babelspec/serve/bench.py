@@ -1,0 +1,120 @@
+"""``babelspec bench serve``: a real server process and concurrent ``openai`` clients.
+
+One server (one model in memory) serves every drafter compared, each request naming its
+drafter; the drafters alternate in rounds so a change in machine load hits them alike. The
+prompts are the translation task's, in several languages, without ``lang``: with ``auto`` the
+server detects the language and takes the router's route. Each request samples with the
+paper's settings and a seed equal to its index, the same for every drafter.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+ROUNDS = 2
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _prompts(target: str, langs: list[str], n: int) -> list[tuple[str, str]]:
+    from babelspec.data.tasks import get_task
+    from babelspec.models import load_tokenizer
+
+    tokenizer = load_tokenizer(target)
+    per_lang = max(1, n // len(langs))
+    return [(lang, p.text) for lang in langs for p in get_task("translation").prompts(lang, tokenizer, per_lang)]
+
+
+def _start(target: str, router: str | None, port: int, queue: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port),
+           "--queue-size", str(queue)] + (["--router", router] if router else [])  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
+                return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise TimeoutError("the server did not start within 600 s")
+
+
+def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None, router: str | None = None,
+                clients: int = 4, requests: int = 16, max_tokens: int = 32, langs: list[str] | None = None,
+                port: int = 0) -> dict:  # fmt: skip
+    import openai
+
+    drafters = drafters or ["none", "auto"]
+    langs = langs or ["npi", "amh", "yor"]
+    prompts = _prompts(target, langs, requests)
+    port = port or _free_port()
+    load_before = os.getloadavg()
+    proc = _start(target, router, port, queue=2 * clients)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
+    records: dict[str, list[dict]] = {d: [] for d in drafters}
+    walls: dict[str, float] = dict.fromkeys(drafters, 0.0)
+
+    def one(drafter: str, i: int) -> dict:
+        lang, prompt = prompts[i % len(prompts)]
+        started = time.perf_counter()
+        r = client.completions.create(model=target, prompt=prompt, max_tokens=max_tokens, seed=i,
+                                      extra_body={"drafter": drafter})  # fmt: skip
+        extra = r.model_extra["babelspec"]
+        return {"lang": lang, "latency": time.perf_counter() - started, "tokens": r.usage.completion_tokens,
+                "alpha": extra["alpha"], "drafter": extra["drafter_name"], "detected": extra["detected_lang"]}  # fmt: skip
+
+    try:
+        for d in drafters:  # warm-up: builds each drafter once, outside the timing
+            one(d, 0)
+        per_round = max(1, requests // ROUNDS)
+        with ThreadPoolExecutor(clients) as pool:
+            for r in range(ROUNDS):
+                for d in drafters:
+                    started = time.perf_counter()
+                    records[d] += pool.map(lambda i, d=d: one(d, i), range(r * per_round, (r + 1) * per_round))
+                    walls[d] += time.perf_counter() - started
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    figures: dict = {
+        "target": target, "clients": clients, "requests_per_drafter": per_round * ROUNDS, "max_tokens": max_tokens,
+        "languages": langs, "sampling": "paper (top-k 100, top-p 0.9, penalty 1.1/16), seed = request index",
+        "machine": {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
+                    "load_average_after": [round(x, 2) for x in os.getloadavg()]},
+    }  # fmt: skip
+    for d in drafters:
+        rec = records[d]
+        latencies = [x["latency"] for x in rec]
+        alphas = [x["alpha"] for x in rec if x["alpha"] is not None]
+        figures[d] = {
+            "p50_latency_s": round(statistics.median(latencies), 3),
+            "p99_latency_s": round(_percentile(latencies, 0.99), 3),
+            "tokens_per_s": round(sum(x["tokens"] for x in rec) / walls[d], 2),
+            "tokens": sum(x["tokens"] for x in rec), "wall_s": round(walls[d], 2),
+            "mean_alpha": round(statistics.mean(alphas), 3) if alphas else None,
+            "drafter_by_lang": {lang: sorted({x["drafter"] for x in rec if x["lang"] == lang}) for lang in langs},
+            "detected_by_lang": {lang: sorted({str(x["detected"]) for x in rec if x["lang"] == lang}) for lang in langs},
+        }  # fmt: skip
+    if len(drafters) == 2:
+        a, b = drafters
+        figures[f"tokens_per_s_{b}_over_{a}"] = round(figures[b]["tokens_per_s"] / figures[a]["tokens_per_s"], 3)
+    return figures
