@@ -4,6 +4,7 @@ events, one event per accepted block), models, health and Prometheus metrics."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -181,4 +182,10 @@ def create_app(worker: Worker, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) 
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ]
-    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error})
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        yield
+        worker.close()
+
+    return Starlette(routes=routes, exception_handlers={HTTPException: http_error, Exception: server_error},
+                     lifespan=lifespan)  # fmt: skip

@@ -106,6 +106,7 @@ class Worker:
         self.metrics = metrics or Metrics()
         self.model = ModelInfo(model_id, target.tokenizer, getattr(target, "max_context", None))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="babelspec-engine")
+        self._closing = threading.Event()
         self._lock = threading.Lock()
         self.admitted = 0  # waiting + running
         self.running = 0
@@ -124,8 +125,8 @@ class Worker:
         job = Job(request, endpoint, asyncio.get_running_loop(), drafting=self.resolve(request))
         job.deadline = job.arrived + self.request_timeout
         with self._lock:
-            if self.admitted - self.running >= self.queue_size:
-                wait = max(1, math.ceil(self._seconds_per_request * (self.admitted - self.running + 1)))
+            if self.admitted >= self.queue_size + 1:  # the running request + queue_size waiting
+                wait = max(1, math.ceil(self._seconds_per_request * (self.queued + 1)))
                 raise APIError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry "
                                f"after {wait} s", type_="rate_limit_error", code="queue_full",
                                headers={"Retry-After": str(wait)})  # fmt: skip
@@ -206,7 +207,7 @@ class Worker:
         started = time.monotonic()
         outcome_kind = "error"
         try:
-            if job.cancelled.is_set():
+            if job.cancelled.is_set() or self._closing.is_set():
                 outcome_kind = "cancelled"
                 return
             if started > job.deadline:
@@ -224,7 +225,7 @@ class Worker:
 
             def on_block(ids: list[int]) -> bool:
                 job.emit("block", ids)
-                return job.cancelled.is_set() or time.monotonic() > job.deadline
+                return job.cancelled.is_set() or self._closing.is_set() or time.monotonic() > job.deadline
 
             result = generate(self.target, drafter, req.prompt_ids, gamma=req.gamma, max_new_tokens=req.max_tokens,
                               sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
@@ -232,7 +233,7 @@ class Worker:
             self.metrics.choice.labels(lang, d.spec).inc()
             self.metrics.generation(lang, d.spec, result)
             if result.stop_reason == "stopped":
-                if job.cancelled.is_set():
+                if job.cancelled.is_set() or self._closing.is_set():
                     outcome_kind = "cancelled"
                     return
                 outcome_kind = "timeout"
@@ -262,4 +263,6 @@ class Worker:
                 self.metrics.queue_length.set(self.queued)
 
     def close(self) -> None:
+        """Stop the running generation at its next step and drop the waiting ones."""
+        self._closing.set()
         self._executor.shutdown(wait=False, cancel_futures=True)
