@@ -286,6 +286,11 @@ def test_full_queue_is_429_and_a_client_gone_mid_stream_frees_the_engine(setup, 
     assert 'babelspec_generations_total{outcome="cancelled"} 1.0' in metrics
     tokens = sum(float(x.rsplit(" ", 1)[1]) for x in metrics.splitlines() if x.startswith("babelspec_generated_tokens_total"))
     assert tokens < 8000 + 3  # the cancelled stream did not run to its end
+    # A client that gives up on a plain (non-streamed) request frees the engine alike.
+    with pytest.raises(openai.APITimeoutError):
+        base_server.client(timeout=1.0).completions.create(model=model, prompt="Hello", max_tokens=8000, temperature=0)
+    assert _wait_for(lambda: base_server.health()["running"] == 0, timeout=3.5)  # before its 5 s timeout
+    assert 'babelspec_generations_total{outcome="cancelled"} 2.0' in get(base_server.url + "/metrics")[1]
 
 
 def test_request_timeout_is_504(setup, base_server):

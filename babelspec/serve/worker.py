@@ -247,7 +247,7 @@ class Worker:
             job.emit("error", err)
         except ValueError as err:  # the engine's own checks of a request
             outcome_kind = "rejected"
-            job.emit("error", bad("prompt", str(err)))
+            job.emit("error", APIError(400, str(err), code="invalid_value"))
         except Exception as err:  # noqa: BLE001 - answered as a 500, logged with its traceback
             log.error("generation failed:\n%s", traceback.format_exc())
             job.emit("error", APIError(500, f"internal error during generation: {type(err).__name__}: {err}",
