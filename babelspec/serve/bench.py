@@ -65,7 +65,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
 
     drafters = drafters or ["none", "auto"]
     langs = langs or ["npi", "amh", "yor"]
-    prompts = _prompts(target, langs, requests)
+    prompts = _prompts(target, langs, max(len(langs), requests // 4))
     port = port or _free_port()
     load_before = os.getloadavg()
     proc = _start(target, router, port, queue=2 * clients)
@@ -73,18 +73,19 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     records: dict[str, list[dict]] = {d: [] for d in drafters}
     walls: dict[str, float] = dict.fromkeys(drafters, 0.0)
 
-    def one(drafter: str, i: int) -> dict:
+    def one(drafter: str, i: int, tokens: int = max_tokens) -> dict:
         lang, prompt = prompts[i % len(prompts)]
         started = time.perf_counter()
-        r = client.completions.create(model=target, prompt=prompt, max_tokens=max_tokens, seed=i,
+        r = client.completions.create(model=target, prompt=prompt, max_tokens=tokens, seed=i,
                                       extra_body={"drafter": drafter})  # fmt: skip
         extra = r.model_extra["babelspec"]
         return {"lang": lang, "latency": time.perf_counter() - started, "tokens": r.usage.completion_tokens,
                 "alpha": extra["alpha"], "drafter": extra["drafter_name"], "detected": extra["detected_lang"]}  # fmt: skip
 
     try:
-        for d in drafters:  # warm-up: builds each drafter once, outside the timing
-            one(d, 0)
+        for d in drafters:  # warm-up: builds each drafter for each language, outside the timing
+            for i in range(len(prompts)):
+                one(d, i, tokens=2)
         per_round = max(1, requests // ROUNDS)
         with ThreadPoolExecutor(clients) as pool:
             for r in range(ROUNDS):
