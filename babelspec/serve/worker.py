@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from babelspec.routing import Router, default_router_path
 from babelspec.serve.metrics import Metrics
 from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
 
@@ -32,22 +33,6 @@ log = logging.getLogger("babelspec.serve")
 DRAFTER_CACHE_SIZE = 8  # built drafters kept for reuse (an n-gram table, a model's weights)
 MIN_LINE_CHARS = 8  # shorter lines (labels, numbers) are not classified
 MIN_SHARE = 0.1  # of the classified characters, for a language beside English to be the request's
-
-
-def _router_class():
-    try:  # the router's module may live below the drafters or in the experiments package
-        from babelspec.routing import Router  # type: ignore[import-not-found]
-    except ImportError:
-        from babelspec.experiments.router import Router
-    return Router
-
-
-def _default_router_path():
-    try:
-        from babelspec.routing import default_router_path  # type: ignore[import-not-found]
-    except ImportError:
-        from babelspec.experiments.router import default_router_path
-    return default_router_path()
 
 
 def is_auto(spec: str) -> bool:
@@ -165,10 +150,10 @@ class Worker:
         return detect_language(self.detector, text)
 
     def router(self, spec: str) -> Any:
-        path = spec.partition(":")[2] or self.router_path or str(_default_router_path())
+        path = spec.partition(":")[2] or self.router_path or str(default_router_path())
         if path not in self._routers:
             try:
-                self._routers[path] = _router_class().load(path)
+                self._routers[path] = Router.load(path)
             except ValueError as err:
                 raise bad("drafter", f"{err}. Build one with `babelspec run --profile quick -o runs/demo` or give "
                           "the server --router FILE") from None  # fmt: skip
