@@ -41,9 +41,9 @@ def _prompts(target: str, langs: list[str], n: int) -> list[tuple[str, str]]:
     return [(lang, p.text) for lang in langs for p in get_task("translation").prompts(lang, tokenizer, per_lang)]
 
 
-def _start(target: str, router: str | None, port: int, queue: int) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port),
-           "--queue-size", str(queue)] + (["--router", router] if router else [])  # fmt: skip
+def _start(target: str, router: str | None, port: int, queue: int, threads: int) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port), "--queue-size",
+           str(queue), "--threads", str(threads)] + (["--router", router] if router else [])  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -60,7 +60,7 @@ def _start(target: str, router: str | None, port: int, queue: int) -> subprocess
 
 def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None, router: str | None = None,
                 clients: int = 4, requests: int = 16, max_tokens: int = 32, langs: list[str] | None = None,
-                port: int = 0) -> dict:  # fmt: skip
+                port: int = 0, threads: int = 0) -> dict:  # fmt: skip
     import openai
 
     drafters = drafters or ["none", "auto"]
@@ -68,8 +68,8 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     prompts = _prompts(target, langs, max(len(langs), requests // 4))
     port = port or _free_port()
     load_before = os.getloadavg()
-    proc = _start(target, router, port, queue=2 * clients)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=600)
+    proc = _start(target, router, port, queue=2 * clients, threads=threads)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=3600)
     records: dict[str, list[dict]] = {d: [] for d in drafters}
     walls: dict[str, float] = dict.fromkeys(drafters, 0.0)
 
@@ -98,7 +98,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
         proc.wait(30)
     figures: dict = {
         "target": target, "clients": clients, "requests_per_drafter": per_round * ROUNDS, "max_tokens": max_tokens,
-        "languages": langs, "sampling": "paper (top-k 100, top-p 0.9, penalty 1.1/16), seed = request index",
+        "languages": langs, "server_threads": threads or "torch default", "sampling": "paper (top-k 100, top-p 0.9, penalty 1.1/16), seed = request index",
         "machine": {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
                     "load_average_after": [round(x, 2) for x in os.getloadavg()]},
     }  # fmt: skip

@@ -19,6 +19,7 @@ def serve_command(
                                           "later, the request ends with 504."),
     max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body; larger ones get 413."),
     served_model_name: str | None = typer.Option(None, help="Model id clients send (default: --target)."),
+    threads: int = typer.Option(0, min=0, help="Torch CPU threads (0: torch's default); 1 on a busy shared CPU."),
 ) -> None:
     """An OpenAI-compatible server (completions, chat, streaming) that drafts per language."""
     import logging
@@ -40,6 +41,10 @@ def serve_command(
         from babelspec.models import load_target
         from babelspec.serve.protocol import APIError
 
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
         tgt = load_target(target)
         if not is_auto(drafter):
             make_drafter(drafter, tgt)  # a bad spec fails now, not on the first request
@@ -67,6 +72,7 @@ def bench_serve_command(
     max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
     langs: str = typer.Option("npi,amh,yor", help="Languages of the prompts (translation task), detected by the server."),
     port: int = typer.Option(0, help="Port (0: a free one)."),
+    threads: int = typer.Option(0, min=0, help="The server's torch CPU threads (0: torch's default)."),
 ) -> None:
     """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
     import json
@@ -75,5 +81,5 @@ def bench_serve_command(
 
     figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
                           clients=clients, requests=requests, max_tokens=max_tokens,
-                          langs=[x for x in langs.split(",") if x], port=port)  # fmt: skip
+                          langs=[x for x in langs.split(",") if x], port=port, threads=threads)  # fmt: skip
     typer.echo(json.dumps(figures))
