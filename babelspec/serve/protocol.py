@@ -18,7 +18,7 @@ from typing import Any
 from babelspec.sampling import SamplingConfig
 
 DEFAULT_MAX_TOKENS = 128  # as `babelspec generate --max-new-tokens`
-DEFAULT_GAMMA = 4  # as `babelspec generate --gamma`
+DEFAULT_GAMMA = 4  # as `babelspec generate`: the drafter's preferred gamma, else this
 MAX_GAMMA = 64
 MAX_STOP_STRINGS = 4  # OpenAI's limit
 CHAT_ROLES = ("system", "developer", "user", "assistant")
@@ -66,7 +66,7 @@ class GenerationRequest:
     sampling: SamplingConfig
     seed_given: bool
     stop: tuple[str, ...]
-    gamma: int
+    gamma: int | None  # None: the drafter's preferred gamma, else DEFAULT_GAMMA
     drafter: str | None  # None: the server's --drafter
     lang: str | None  # None: detect it from ``text``
     task: str | None
@@ -198,7 +198,7 @@ def _common(kind: str, body: dict, model: ModelInfo, prompt_ids: list[int], text
         kind=kind, prompt_ids=prompt_ids, text=text,
         max_tokens=_max_tokens(body, max_names, len(prompt_ids), model), sampling=sampling,
         seed_given=seed_given, stop=_stop(body),
-        gamma=_integer(body, "gamma", DEFAULT_GAMMA, 1, MAX_GAMMA, "; drafter 'none' is plain decoding"),
+        gamma=_integer(body, "gamma", None, 1, MAX_GAMMA, "; drafter 'none' is plain decoding"),
         drafter=_string(body, "drafter"), lang=_lang(body), task=_string(body, "task"),
         stream=stream, include_usage=bool(options.get("include_usage")),
     )  # fmt: skip

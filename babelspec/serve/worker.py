@@ -27,7 +27,7 @@ from typing import Any
 
 from babelspec.routing import Router, default_router_path
 from babelspec.serve.metrics import Metrics
-from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
+from babelspec.serve.protocol import DEFAULT_GAMMA, APIError, GenerationRequest, ModelInfo, bad
 
 log = logging.getLogger("babelspec.serve")
 DRAFTER_CACHE_SIZE = 8  # built drafters kept for reuse (an n-gram table, a model's weights)
@@ -167,7 +167,7 @@ class Worker:
         lang = req.lang or (detected if detected in LANGUAGES else None)
         source = "request" if req.lang else ("detected" if lang else None)
         spec = req.drafter or self.default_drafter
-        d = Drafting(spec=spec, lang=lang, lang_source=source, detected_lang=detected, gamma=req.gamma)
+        d = Drafting(spec=spec, lang=lang, lang_source=source, detected_lang=detected, gamma=req.gamma or 0)
         if spec == "none":
             d.gamma = 0
         if not is_auto(spec):
@@ -185,7 +185,7 @@ class Worker:
             # A language the router was not built for: plain decoding, as the router's fallback.
             d.spec, d.gamma, d.route = "none", 0, {"drafter": "none", "reason": str(err)}
             return d
-        d.gamma = min(req.gamma, route.gamma)
+        d.gamma = min(req.gamma or route.gamma, route.gamma)
         d.route = {"drafter": route.drafter, "spec": route.spec, "gamma": route.gamma, "source": route.source,
                    "predicted_speedup": route.predicted_speedup if math.isfinite(route.predicted_speedup) else None}  # fmt: skip
         return d
@@ -230,12 +230,16 @@ class Worker:
             d = job.drafting
             drafter = self._drafter(d, req.task)
             d.name = getattr(drafter, "name", d.spec)
+            # as `babelspec generate`: without a gamma, the drafter's preferred one, else 4
+            gamma = req.gamma or getattr(drafter, "preferred_gamma", None) or DEFAULT_GAMMA
+            if d.spec != "none" and d.route is None and not d.gamma:
+                d.gamma = gamma
 
             def on_block(ids: list[int]) -> bool:
                 job.emit("block", ids)
                 return job.cancelled.is_set() or self._closing.is_set() or time.monotonic() > job.deadline
 
-            result = generate(self.target, drafter, req.prompt_ids, gamma=req.gamma, max_new_tokens=req.max_tokens,
+            result = generate(self.target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
                               sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
             lang = d.lang or "unknown"
             self.metrics.choice.labels(lang, d.spec).inc()
