@@ -121,6 +121,10 @@ class RayExecutor:
         self._owns_connection = not ray.is_initialized()
         if self._owns_connection:
             self._connect(ray)
+        elif self.address not in ("auto", ray.get_runtime_context().gcs_address):
+            self._reachable()
+            raise ExecutorError(f"this process is already connected to the Ray cluster at "
+                                f"{ray.get_runtime_context().gcs_address}, not {self.address}")  # fmt: skip
         resources = ray.cluster_resources()
         gpus, cpus = int(resources.get("GPU", 0)), int(resources.get("CPU", 0))
         self.thread_count = self.threads or cfg.threads or 1
@@ -149,17 +153,20 @@ class RayExecutor:
             self.close()
             raise
 
+    def _reachable(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        if not host or not port.isdigit():
+            raise ExecutorError(f"--ray {self.address!r}: give `auto` or HOST:PORT of the cluster's head "
+                                "(the address `ray start --head` prints)")  # fmt: skip
+        try:  # ray.init would wait minutes for a head that is not there
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise ExecutorError(f"no Ray cluster at {self.address} ({exc}): start one there with "
+                                "`ray start --head`, or pass the address it prints") from None  # fmt: skip
+
     def _connect(self, ray) -> None:
         if self.address != "auto":
-            host, _, port = self.address.rpartition(":")
-            if not host or not port.isdigit():
-                raise ExecutorError(f"--ray {self.address!r}: give `auto` or HOST:PORT of the cluster's head "
-                                    "(the address `ray start --head` prints)")  # fmt: skip
-            try:  # ray.init would wait minutes for a head that is not there
-                socket.create_connection((host, int(port)), timeout=5).close()
-            except OSError as exc:
-                raise ExecutorError(f"no Ray cluster at {self.address} ({exc}): start one there with "
-                                    "`ray start --head`, or pass the address it prints") from None  # fmt: skip
+            self._reachable()
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
         except ConnectionError as exc:
