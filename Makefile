@@ -12,9 +12,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
-# The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk.
+# The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk;
+# the ray extra lets it run the grid on a local Ray cluster.
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,ray]'
 	touch $(STAMP)
 
 # The quick profile of the study on the embedded default, then its report (resumes if stopped).
