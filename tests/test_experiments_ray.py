@@ -19,6 +19,9 @@ from dataclasses import asdict
 
 import pytest
 
+# Ray's switch for single-machine clusters: its servers bind to 127.0.0.1 only (set before Ray
+# is imported; the drivers this module starts inherit it).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install 'babelspec[ray]'")
 
 from babelspec.experiments.aggregate import setting_stats  # noqa: E402
@@ -43,10 +46,12 @@ def quiet(msg: str) -> None: ...
 def cluster():
     """A local Ray cluster owned by this module; yields its address (HOST:PORT)."""
     temp = tempfile.mkdtemp(prefix="bsray", dir="/tmp")  # short: Ray's socket paths have a limit
-    ray.init(num_cpus=2, _node_ip_address="127.0.0.1", include_dashboard=False, _temp_dir=temp,
-             log_to_driver=False, logging_level="ERROR")  # fmt: skip
+    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=temp, log_to_driver=False,
+             logging_level="ERROR")  # fmt: skip
     try:
-        yield ray.get_runtime_context().gcs_address
+        address = ray.get_runtime_context().gcs_address
+        assert address.startswith("127.0.0.1:"), address
+        yield address
     finally:
         ray.shutdown()
 

@@ -170,8 +170,10 @@ class RayExecutor:
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level="ERROR")
         except ConnectionError as exc:
-            raise ExecutorError(f"no Ray cluster found for --ray {self.address} ({exc}); start one with "
-                                "`ray start --head` on this machine, or pass HOST:PORT of its head") from None  # fmt: skip
+            raise ExecutorError(f"cannot join the Ray cluster for --ray {self.address} ({exc}); start one with "
+                                "`ray start --head`, or pass HOST:PORT of its head; a cluster with token "
+                                "authentication (Ray's default) also needs RAY_AUTH_MODE=token here and its "
+                                "token in ~/.ray/auth_token (`ray get-auth-token` on the head)") from None  # fmt: skip
 
     def _spawn(self) -> tuple[_Slot, Any]:
         import babelspec
