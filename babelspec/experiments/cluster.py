@@ -114,6 +114,7 @@ class RayExecutor:
     deaths: int = 0  # workers lost during the run (each one's unit was retried)
     hosts: dict[str, dict] = field(default_factory=dict)  # host -> machine fingerprint
     slots: list[_Slot] = field(default_factory=list)
+    starting: dict[Any, _Slot] = field(default_factory=dict)  # ready() ref -> replacement worker
 
     def start(self, cfg: ExperimentConfig, log: Callable[[str], None], workers: int | None = None) -> None:
         ray = import_ray()
@@ -206,7 +207,7 @@ class RayExecutor:
             pending[unit.language].append(unit)
         attempts: dict[tuple, int] = defaultdict(int)
         running: dict[Any, tuple[_Slot, Unit]] = {}
-        starting: dict[Any, _Slot] = {}
+        starting = self.starting  # replacement workers loading the target
         idle = list(self.slots)
         replacements = 2 * self.workers + 2
         while pending or running:
@@ -272,9 +273,9 @@ class RayExecutor:
             return
         if not ray.is_initialized():
             return
-        for slot in self.slots:
+        for slot in self.slots + list(self.starting.values()):
             ray.kill(slot.actor)
-        self.slots = []
+        self.slots, self.starting = [], {}
         if getattr(self, "_owns_connection", False):
             ray.shutdown()
 

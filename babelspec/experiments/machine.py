@@ -52,4 +52,5 @@ def machine_kind(machine: dict[str, Any] | None) -> str:
     """The part of a fingerprint that determines speed: device, dtype, threads ("" if unknown)."""
     if not machine:
         return ""
-    return f"{machine.get('device', '')} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+    name = machine.get("gpu") or machine.get("device") or machine.get("cpu", "")
+    return f"{name} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
