@@ -24,7 +24,6 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install 'babelspec[ray]'")
 
-from babelspec.experiments.aggregate import setting_stats  # noqa: E402
 from babelspec.experiments.cluster import RayExecutor  # noqa: E402
 from babelspec.experiments.config import config_from_dict  # noqa: E402
 from babelspec.experiments.executors import ExecutorError  # noqa: E402
@@ -254,19 +253,3 @@ def test_dry_run_on_the_cluster_counts_its_workers_and_the_stored_units(cluster,
     plan = dry_run(cfg, tmp_path / "run", log=quiet, executor=RayExecutor(cluster, workers=1))
     assert (plan.units, plan.generations, plan.done_before, plan.workers) == (3, 9, 3, 1)
     assert 0 < plan.seconds_per_token < 10 and plan.hours > 0
-
-
-def test_speedups_pair_only_generations_of_one_machine_kind():
-    fast = {"host": "a", "device": "GPU X", "dtype": "bfloat16", "threads": 1}
-    slow = {"host": "b", "device": "CPU Y", "dtype": "float32", "threads": 2}
-    recs = []
-    for p, spec_machine in [(0, fast), (1, slow)]:  # prompt 1's unit was split over two machines
-        base = record("amh", "story", "none", 0, p, wall=2.0)
-        base.machine = fast
-        spec = record("amh", "story", "self1", 2, p, wall=1.0 if spec_machine is fast else 10.0)
-        spec.machine = spec_machine
-        recs += [base, spec]
-    stats = {(s.drafter, s.gamma): s for s in setting_stats(recs)}
-    s = stats[("self1", 2)]
-    assert s.n_pairs == 1 and s.speedup == pytest.approx(2.0)  # not the cross-machine 0.2
-    assert s.verify_cost != s.verify_cost  # NaN: its forward times come from two machine kinds

@@ -12,7 +12,6 @@ what the store lacks).
 from __future__ import annotations
 
 import socket
-import time
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -22,10 +22,7 @@ from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.executors import Executor, make_executor
 from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
 from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
-from babelspec.experiments.worker import (  # noqa: F401 - the runner's public names
-    BASELINE, Prompt, Result, Skip, Unit, WorkItem, generation_seed, plan, task_prompts, units_of,
-    versions,
-)
+from babelspec.experiments.worker import Result, Skip, Unit, WorkItem, plan, units_of, versions
 from babelspec.fileio import write_text_atomic
 
 
