@@ -84,6 +84,12 @@ def stored(out) -> list[dict]:
     return rows
 
 
+def _train_sizes() -> dict[str, int]:
+    from babelspec.data import corpus
+
+    return {lang: len(corpus.monolingual(lang, "train")) for lang in LANGS}
+
+
 def count(db_path) -> int:
     if not db_path.exists():
         return 0
@@ -118,9 +124,12 @@ def test_ray_store_equals_local_store(cluster, model, tmp_path, preset):
     """Token-identical records under greedy and under seeded sampling (same dtype, 1 thread)."""
     cfg = tiny_cfg(model, preset=preset)
     local = run_experiment(cfg, tmp_path / "local", progress=False, log=quiet)
-    ex = RayExecutor(cluster, workers=2)
-    remote = run_experiment(cfg, tmp_path / "ray", progress=False, log=quiet, executor=ex)
+    ex, logs = RayExecutor(cluster, workers=2), []
+    remote = run_experiment(cfg, tmp_path / "ray", progress=False, log=logs.append, executor=ex)
     assert (local.executor, remote.executor) == ("local", "ray")
+    # the n-gram tables were counted by the workers, one language each at a time
+    assert {m.split("] ", 1)[1] for m in logs if m.startswith("[")} >= {
+        f"counting bigram for {lang} on {n} texts" for lang, n in _train_sizes().items()}
     assert local.generated == remote.generated == len(expected_keys(2))
     a, b = stored(tmp_path / "local"), stored(tmp_path / "ray")
     assert [{k: v for k, v in r.items() if k not in TIMING} for r in a] == \

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import socket
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from babelspec.experiments.config import ExperimentConfig
 from babelspec.experiments.executors import ExecutorError, Sink
-from babelspec.experiments.worker import Result, Unit, UnitRunner, speed_probe, task_prompts
+from babelspec.experiments.worker import (
+    PrepareJob, Result, Unit, UnitRunner, prepare_one, speed_probe, task_prompts,
+)
 
 INSTALL_HINT = "install it with `pip install 'babelspec[ray]'` (on every machine of the cluster)"
 MAX_ATTEMPTS = 3  # a unit whose worker dies this many times stops the run (out of memory?)
@@ -77,6 +79,11 @@ class ClusterWorker:
             return info
         info["machine"] = machine_fingerprint(self.target)
         return info
+
+    def prepare(self, job: PrepareJob) -> tuple[str, str, float, list[str]]:
+        """Train one drafter here (its files go where the driver asked: a shared folder)."""
+        messages: list[str] = []
+        return (*prepare_one(self.cfg, self.target, job, messages.append), messages)
 
     def configure(self, specs: dict[tuple[str, str], str], paths: list[str]) -> str:
         """Take the prepared specs; the error if the driver's artifact files are not visible here."""
@@ -187,6 +194,31 @@ class RayExecutor:
             raise ExecutorError(f"Ray worker on {info['host']}: {info['error']}")
         self.hosts[info["host"]] = info["machine"]
         self.slots.append(slot)
+
+    def prepare(self, jobs: list[PrepareJob], target: Any) -> Iterator[tuple[PrepareJob, str, str, float]]:
+        """Each drafter to train on a free worker (n-gram counts, distillations in parallel)."""
+        import ray
+
+        queue, running, idle = deque(jobs), {}, list(self.slots)
+        while queue or running:
+            while idle and queue:
+                slot, job = idle.pop(), queue.popleft()
+                running[slot.actor.prepare.remote(job)] = (slot, job)
+            done, _ = ray.wait(list(running), num_returns=1)
+            slot, job = running.pop(done[0])
+            try:
+                spec, reason, seconds, messages = ray.get(done[0])
+            except _deaths(ray) as exc:
+                raise ExecutorError(f"the worker on {slot.host} died preparing {job.setting.name} for "
+                                    f"{job.language} ({type(exc).__name__}); rerun the same command: "
+                                    "drafters already prepared are kept") from None  # fmt: skip
+            except ray.exceptions.RayTaskError as exc:
+                raise ExecutorError(f"preparing {job.setting.name} for {job.language} failed on "
+                                    f"{slot.host}: {exc}") from None  # fmt: skip
+            for message in messages:
+                self.log(f"[{slot.host}] {message}")
+            idle.append(slot)
+            yield job, spec, reason, seconds
 
     def configure(self, target: Any, specs: dict[tuple[str, str], str]) -> None:
         import ray

@@ -8,11 +8,13 @@ the same units to workers that each hold the target and drafters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from babelspec.experiments.config import ExperimentConfig
-from babelspec.experiments.worker import Result, Unit, UnitRunner, WorkItem, speed_probe
+from babelspec.experiments.worker import (
+    PrepareJob, Result, Unit, UnitRunner, WorkItem, prepare_one, speed_probe,
+)
 
 Sink = Callable[[list[WorkItem], list[Result]], None]  # a unit's items and their results
 
@@ -28,6 +30,9 @@ class Executor(Protocol):
 
     def start(self, cfg: ExperimentConfig, log: Callable[[str], None]) -> None:
         """Acquire what the run needs (connect, start workers); called before the store opens."""
+
+    def prepare(self, jobs: list[PrepareJob], target: Any) -> Iterator[tuple[PrepareJob, str, str, float]]:
+        """Train drafters; yields (job, spec or "", why it was skipped, seconds) as each ends."""
 
     def configure(self, target: Any, specs: dict[tuple[str, str], str]) -> None:
         """The prepared drafter specs; ``target`` is the driver's own verifier."""
@@ -54,6 +59,11 @@ class LocalExecutor:
 
     def start(self, cfg: ExperimentConfig, log: Callable[[str], None]) -> None:
         self.cfg, self.log = cfg, log
+
+    def prepare(self, jobs: list[PrepareJob], target: Any) -> Iterator[tuple[PrepareJob, str, str, float]]:
+        assert self.cfg is not None, "start() first"
+        for job in jobs:
+            yield (job, *prepare_one(self.cfg, target, job, self.log))
 
     def configure(self, target: Any, specs: dict[tuple[str, str], str]) -> None:
         assert self.cfg is not None, "start() first"

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from babelspec.experiments.config import ExperimentConfig, dump_toml
-from babelspec.experiments.executors import Executor, make_executor
-from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
+from babelspec.experiments.executors import Executor, LocalExecutor, make_executor
 from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
-from babelspec.experiments.worker import Result, Skip, Unit, WorkItem, plan, units_of, versions
+from babelspec.experiments.worker import PrepareJob, Result, Skip, Unit, WorkItem, plan, units_of, versions
 from babelspec.fileio import write_text_atomic
 
 
@@ -74,7 +73,7 @@ def run_experiment(
         store = Store(out / STORE_NAME)
         try:
             target = _open_run(cfg, store, log)
-            specs = prepare_drafters(cfg, store, target, _artifact_root(cfg, out), log)
+            specs = prepare_drafters(cfg, store, target, _artifact_root(cfg, out), log, executor)
             todo = plan_stage(cfg, store, specs, summary, log)
             executor.configure(target, specs)
             execute_stage(executor, todo, store, summary, progress)
@@ -168,31 +167,42 @@ def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):
 
 
 def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Path,
-                     log: Callable[[str], None]) -> dict[tuple[str, str], str]:  # fmt: skip
-    """Stage 1: the drafter spec of every (setting, language) that can run; skips recorded."""
+                     log: Callable[[str], None], executor: Executor | None = None,
+                     ) -> dict[tuple[str, str], str]:  # fmt: skip
+    """Stage 1: the drafter spec of every (setting, language) that can run; skips recorded.
+
+    Settings with a fixed spec are resolved here; those to train (n-grams, distillation) are
+    prepared by ``executor`` (here by default, or on the cluster's workers)."""
     specs: dict[tuple[str, str], str] = {}
-    stage_seconds = dict(store.meta().get("stage_seconds", {}))
+    jobs = []
     for lang in cfg.languages:
         for setting in cfg.settings_for(lang):
-            t_prep = time.perf_counter()
-            try:
-                if setting.prepared:
-                    req = PrepareRequest(setting, lang, cfg.target, target,
-                                         artifacts / setting.kind, log=log, data=cfg.data)  # fmt: skip
-                    specs[(setting.name, lang)] = prepare(req)
-                else:
-                    specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
-                store.clear_skip(setting.name, lang)
-            except DrafterUnavailable as exc:
-                log(f"skipping {setting.name} for {lang}: {exc}")
-                store.add_skip(setting.name, lang, str(exc))
             if setting.prepared:
-                key = f"prepare {setting.name} {lang}"
-                stage_seconds[key] = stage_seconds.get(key, 0.0) + time.perf_counter() - t_prep
-    store.set_meta("stage_seconds", stage_seconds)
+                jobs.append(PrepareJob(setting, lang, artifacts / setting.kind))
+            else:
+                specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
+                store.clear_skip(setting.name, lang)
+    stage_seconds = dict(store.meta().get("stage_seconds", {}))
+    executor = executor or _started(LocalExecutor(), cfg, log)
+    for job, spec, reason, seconds in executor.prepare(jobs, target):
+        name, lang = job.setting.name, job.language
+        if spec:
+            specs[(name, lang)] = spec
+            store.clear_skip(name, lang)
+        else:
+            log(f"skipping {name} for {lang}: {reason}")
+            store.add_skip(name, lang, reason)
+        key = f"prepare {name} {lang}"
+        stage_seconds[key] = stage_seconds.get(key, 0.0) + seconds
+        store.set_meta("stage_seconds", stage_seconds)
     store.set_meta("specs", {f"{d}|{lang}": s for (d, lang), s in specs.items()})
     store.set_meta("trained_on", {s.name: s.trained_on for s in cfg.drafters})
     return specs
+
+
+def _started(executor: Executor, cfg: ExperimentConfig, log: Callable[[str], None]) -> Executor:
+    executor.start(cfg, log)
+    return executor
 
 
 def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str], str],

@@ -13,10 +13,11 @@ import gc
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from babelspec.experiments.checks import OutputChecker
-from babelspec.experiments.config import ExperimentConfig
+from babelspec.experiments.config import DrafterSetting, ExperimentConfig
 from babelspec.experiments.machine import machine_fingerprint
 from babelspec.experiments.store import ExampleRecord
 from babelspec.routing import BASELINE
@@ -227,6 +228,28 @@ class UnitRunner:
             loop_ratio=check.loop_ratio, looped=check.looped, versions=self.versions,
             machine=self.machine, started_at=t0, finished_at=time.time(),
         )  # fmt: skip
+
+
+@dataclass
+class PrepareJob:
+    """One drafter setting to train (n-gram counting, distillation) for one language."""
+
+    setting: DrafterSetting
+    language: str
+    artifacts: Path  # the folder for this kind's files (the run's, or the shared cache)
+
+
+def prepare_one(cfg: ExperimentConfig, target, job: PrepareJob,
+                log: Callable[[str], None]) -> tuple[str, str, float]:  # fmt: skip
+    """(spec, "", seconds), or ("", why the setting cannot be built for the language, seconds)."""
+    from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
+
+    t0 = time.perf_counter()
+    try:
+        req = PrepareRequest(job.setting, job.language, cfg.target, target, job.artifacts, log=log)
+        return prepare(req), "", time.perf_counter() - t0
+    except DrafterUnavailable as exc:
+        return "", str(exc), time.perf_counter() - t0
 
 
 def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
