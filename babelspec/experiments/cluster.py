@@ -1,4 +1,4 @@
-"""The execute stage on a Ray cluster.
+"""The preparation and execute stages on a Ray cluster.
 
 Workers are Ray actors, each holding the target and the current language's drafters; the
 driver sends them whole units (one prompt with all its settings, so every speedup pairs two
@@ -6,7 +6,8 @@ generations from one machine), keeps a worker on one language while that languag
 left (restricted heads and n-gram tables are not rebuilt), and gets each unit's records back
 when it finishes. The driver alone writes the store. A worker that dies has its unit sent to
 another worker and is replaced; a unit already stored is never sent (the runner plans only
-what the store lacks).
+what the store lacks). Drafters to train are prepared on free workers, in parallel, into the
+run's artifact folder, which every machine must see at the same path.
 """
 
 from __future__ import annotations
