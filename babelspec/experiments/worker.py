@@ -191,7 +191,8 @@ class UnitRunner:
             max_new_tokens=cfg.max_new_tokens, sampling=sampling, stop_strings=prompt.stop_strings,
         )  # fmt: skip
         check = self.checker.check(result.text, it.language)
-        return self._record(it, result, check, prompt, t0)
+        return make_record(it, result, check, prompt, self.specs, self.trained_on, self.versions, t0,
+                           self.machine)  # fmt: skip
 
     def drop_drafters(self) -> None:
         self.drafters.clear()
@@ -205,29 +206,33 @@ class UnitRunner:
         if stale:
             gc.collect()
 
-    def _record(self, it: WorkItem, result, check, prompt: Prompt, t0: float) -> ExampleRecord:
-        return ExampleRecord(
-            language=it.language, task=it.task, drafter=it.drafter, gamma=it.gamma,
-            prompt_index=it.prompt_index, seed=it.seed,
-            drafter_spec=BASELINE if it.drafter == BASELINE else self.specs[(it.drafter, it.language)],
-            trained_on=self.trained_on.get(it.drafter, ""),
-            # NaN where nothing was judged or drafted: stored as NULL, never as 0
-            alpha=result.alpha, alpha_token=result.alpha_token,
-            mean_accepted_length=result.mean_accepted_length,
-            proposed=result.proposed, accepted=result.accepted, rejections=result.rejections,
-            steps=result.steps, accepted_per_step=list(result.accepted_per_step),
-            proposed_per_step=list(result.proposed_per_step),
-            draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
-            wall_seconds=result.wall_seconds,
-            draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
-            target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
-            c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,
-            prompt_tokens=len(prompt.ids), stop_reason=result.stop_reason, text=result.text,
-            in_language=check.in_language, language_score=check.language_score,
-            classifier_language=check.classifier_language, langid_language=check.langid_language,
-            loop_ratio=check.loop_ratio, looped=check.looped, versions=self.versions,
-            machine=self.machine, started_at=t0, finished_at=time.time(),
-        )  # fmt: skip
+
+def make_record(it: WorkItem, result, check, prompt: Prompt, specs: dict[tuple[str, str], str],
+                trained_on: dict[str, str], ver: dict[str, str], t0: float,
+                machine: dict[str, Any] | None = None) -> ExampleRecord:  # fmt: skip
+    """The stored record of one generation (``result``) and its output check."""
+    return ExampleRecord(
+        language=it.language, task=it.task, drafter=it.drafter, gamma=it.gamma,
+        prompt_index=it.prompt_index, seed=it.seed,
+        drafter_spec=BASELINE if it.drafter == BASELINE else specs[(it.drafter, it.language)],
+        trained_on=trained_on.get(it.drafter, ""),
+        # NaN where nothing was judged or drafted: stored as NULL, never as 0
+        alpha=result.alpha, alpha_token=result.alpha_token,
+        mean_accepted_length=result.mean_accepted_length,
+        proposed=result.proposed, accepted=result.accepted, rejections=result.rejections,
+        steps=result.steps, accepted_per_step=list(result.accepted_per_step),
+        proposed_per_step=list(result.proposed_per_step),
+        draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
+        wall_seconds=result.wall_seconds,
+        draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
+        target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
+        c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,
+        prompt_tokens=len(prompt.ids), stop_reason=result.stop_reason, text=result.text,
+        in_language=check.in_language, language_score=check.language_score,
+        classifier_language=check.classifier_language, langid_language=check.langid_language,
+        loop_ratio=check.loop_ratio, looped=check.looped, versions=ver, machine=machine or {},
+        started_at=t0, finished_at=time.time(),
+    )  # fmt: skip
 
 
 @dataclass
