@@ -61,10 +61,10 @@ class ClusterWorker:
             info["error"] = (f"babelspec {babelspec.__version__} is installed there, the driver runs "
                              f"{version}: install the same version on every machine")  # fmt: skip
             return info
-        from babelspec.experiments.runner import load_run_target
+        from babelspec.experiments.runner import load_config_target
 
         try:
-            self.target = load_run_target(self.cfg.target)
+            self.target = load_config_target(self.cfg)
         except Exception as exc:  # noqa: BLE001 - reported to the driver as the fix to make
             info["error"] = (f"cannot load the target {self.cfg.target!r} ({type(exc).__name__}: {exc}); "
                              "install the model on every machine: a preset is fetched once into the "

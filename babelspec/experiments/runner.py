@@ -48,6 +48,11 @@ def load_run_target(spec: str):
     return load_target(spec)
 
 
+def load_config_target(cfg: ExperimentConfig):
+    """The run's verifier as the config asks for it: the driver and every worker load it so."""
+    return load_run_target(cfg.target)
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out_dir: str | Path,
@@ -145,7 +150,7 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
     try:
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        target = load_run_target(cfg.target) if executor.name == "local" else None
+        target = load_config_target(cfg) if executor.name == "local" else None
         spt = executor.seconds_per_token(target)
         workers = executor.workers
     finally:
@@ -160,7 +165,7 @@ def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):
     if "started_at" not in store.meta():
         store.set_meta("started_at", time.time())
     log(f"loading target {cfg.target}")
-    target = load_run_target(cfg.target)
+    target = load_config_target(cfg)
     store.set_meta("target", {"spec": cfg.target, "name": getattr(target, "name", ""),
                               "vocab_size": target.vocab_size})  # fmt: skip
     return target
