@@ -73,10 +73,11 @@ class ClusterWorker:
         try:
             for lang in self.cfg.languages:
                 for task in self.cfg.tasks:
-                    task_prompts(task, lang, self.target.tokenizer, 1)
+                    task_prompts(task, lang, self.target.tokenizer, 1, self.cfg.data)
         except Exception as exc:  # noqa: BLE001
             info["error"] = (f"cannot read the {task} prompts for {lang} ({type(exc).__name__}: {exc}); "
-                             "install the same babelspec, with its bundled data, on every machine")  # fmt: skip
+                             "install the same babelspec, with its bundled data, on every machine, and a [data] "
+                             "section's files at the same path")  # fmt: skip
             return info
         info["machine"] = machine_fingerprint(self.target)
         return info

@@ -21,7 +21,9 @@ from pathlib import Path
 from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.executors import Executor, LocalExecutor, make_executor
 from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
-from babelspec.experiments.worker import PrepareJob, Result, Skip, Unit, WorkItem, plan, units_of, versions
+from babelspec.experiments.worker import (  # noqa: F401 - task_prompts: the runner's prompts
+    PrepareJob, Result, Skip, Unit, WorkItem, plan, prompt_data, task_prompts, units_of, versions,
+)
 from babelspec.fileio import write_text_atomic
 
 

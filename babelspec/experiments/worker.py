@@ -103,12 +103,13 @@ def generation_seed(seed: int, prompt_index: int) -> int:
     return seed * 1_000_003 + prompt_index
 
 
-def task_prompts(task: str, lang: str, tokenizer, n: int) -> list[Prompt]:
-    """``n`` prompts of a task for a language, as token ids with their stop strings."""
+def task_prompts(task: str, lang: str, tokenizer, n: int, data=None) -> list[Prompt]:
+    """``n`` prompts of a task for a language, as token ids with their stop strings; ``data``
+    (the config's ``[data]`` section) says which sentences, when it has a table for ``lang``."""
     from babelspec.data.tasks import get_task
 
     out = []
-    for p in get_task(task).prompts(lang, tokenizer, n):
+    for p in get_task(task).prompts(lang, tokenizer, n, data=prompt_data(data, lang)):
         ids = _first_attr(p, ("token_ids", "ids", "input_ids"))
         text = _first_attr(p, ("text", "prompt")) if not isinstance(p, str) else p
         if ids is None:  # a chat template may already have put the BOS token in the text
@@ -118,6 +119,17 @@ def task_prompts(task: str, lang: str, tokenizer, n: int) -> list[Prompt]:
         stops = _first_attr(p, ("stop_strings", "stop")) or ()
         out.append(Prompt(ids=list(ids), stop_strings=tuple(stops), text=text or ""))
     return out
+
+
+def prompt_data(data, lang: str):
+    """The test and few-shot records of ``lang`` from a ``[data]`` section (None: bundled)."""
+    if data is None or lang not in data.languages:
+        return None
+    from babelspec.data.sources import parallel_records
+    from babelspec.data.tasks import PromptData
+
+    test, shots, _ = data.sources(lang)
+    return PromptData(test=parallel_records(test, lang), shots=parallel_records(shots, lang))
 
 
 def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
@@ -163,7 +175,8 @@ class UnitRunner:
         cfg = self.cfg
         key = (it.language, it.task)
         if key not in self.prompts:
-            self.prompts[key] = task_prompts(it.task, it.language, self.target.tokenizer, cfg.prompts_per_cell)
+            self.prompts[key] = task_prompts(it.task, it.language, self.target.tokenizer, cfg.prompts_per_cell,
+                                             cfg.data)  # fmt: skip
         if it.prompt_index >= len(self.prompts[key]):
             return None  # the task has fewer prompts for this language than asked
         prompt = self.prompts[key][it.prompt_index]
@@ -251,7 +264,8 @@ def prepare_one(cfg: ExperimentConfig, target, job: PrepareJob,
 
     t0 = time.perf_counter()
     try:
-        req = PrepareRequest(job.setting, job.language, cfg.target, target, job.artifacts, log=log)
+        req = PrepareRequest(job.setting, job.language, cfg.target, target, job.artifacts, log=log,
+                             data=cfg.data)  # fmt: skip
         return prepare(req), "", time.perf_counter() - t0
     except DrafterUnavailable as exc:
         return "", str(exc), time.perf_counter() - t0
@@ -262,7 +276,7 @@ def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
     from babelspec.drafters import make_drafter
     from babelspec.engine import generate
 
-    prompt = task_prompts(cfg.tasks[0], cfg.languages[0], target.tokenizer, 1)[0]
+    prompt = task_prompts(cfg.tasks[0], cfg.languages[0], target.tokenizer, 1, cfg.data)[0]
     n = min(tokens, cfg.max_new_tokens)
     plain = make_drafter("none", target)
     sampling = cfg.sampling_config(0)
