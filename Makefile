@@ -13,9 +13,10 @@ $(BIN)/python:
 
 # torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
 # The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk; the
-# serve extra (starlette, uvicorn, prometheus-client) is `babelspec serve`, tested with openai.
+# serve extra (starlette, uvicorn, prometheus-client) is `babelspec serve`, tested with openai;
+# the ray extra lets it run the grid on a local Ray cluster.
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,serve]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,serve,ray]'
 	touch $(STAMP)
 
 # The quick profile of the study on the embedded default, then its report (resumes if stopped).

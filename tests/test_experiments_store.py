@@ -54,7 +54,7 @@ def test_an_alpha_where_nothing_was_judged_is_stored_as_null_not_zero(tmp_path):
     from types import SimpleNamespace
 
     from babelspec.engine import GenerationResult
-    from babelspec.experiments.runner import Prompt, WorkItem, _record
+    from babelspec.experiments.worker import Prompt, WorkItem, make_record
 
     # a drafter that never proposed (an n-gram table with no match, or plain decoding)
     result = GenerationResult(token_ids=[5, 6, 7], text="abc", stop_reason="length", gamma=3, steps=3,
@@ -62,7 +62,7 @@ def test_an_alpha_where_nothing_was_judged_is_stored_as_null_not_zero(tmp_path):
     check = SimpleNamespace(in_language=True, language_score=1.0, classifier_language="amh",
                             langid_language="", loop_ratio=0.0, looped=False)
     item = WorkItem("amh", "story", 0, 0, "ng", 3)
-    rec = _record(item, result, check, Prompt(ids=[1, 2]), {("ng", "amh"): "ngram:x"}, {}, {}, 0.0)
+    rec = make_record(item, result, check, Prompt(ids=[1, 2]), {("ng", "amh"): "ngram:x"}, {}, {}, 0.0)
     assert math.isnan(rec.alpha) and math.isnan(rec.alpha_token) and math.isnan(rec.c)
     store = Store(tmp_path / "r.sqlite")
     store.add(rec)

@@ -3,7 +3,8 @@
 Speedups are measured, not modelled: each speculative example is paired with the plain
 decoding of the same prompt and seed (run next to it), and the speedup is the median over
 pairs of (plain seconds per token) / (speculative seconds per token). Per token, because
-sampled outputs differ in length. Each cell's speedup carries a bootstrap 95% interval over
+sampled outputs differ in length. A pair, and every other ratio of times, is only formed
+within one machine kind (``machine.machine_kind``: device, dtype, threads). Each cell's speedup carries a bootstrap 95% interval over
 prompts (``bootstrap_medians``). The theoretical factor f (``babelspec.speedup``) uses the
 cell's pooled a = sum matched / sum (matched + rejections) and measured c.
 
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from babelspec.experiments.machine import machine_kind
 from babelspec.experiments.store import ExampleRecord
 from babelspec.routing import BASELINE
 from babelspec.speedup import theoretical_speedup
@@ -165,12 +167,13 @@ def paired_ratios(records: list[ExampleRecord], loop_free: bool = False) -> dict
     """Per speculative cell, per prompt index: plain over speculative seconds per token of
     each (prompt, seed) pair run side by side. ``loop_free`` leaves out pairs where either
     generation looped."""
-    baseline = {(r.language, r.task, r.prompt_index, r.seed): r for r in records if r.drafter == BASELINE}
+    baseline = {(r.language, r.task, r.prompt_index, r.seed, machine_kind(r.machine)): r
+                for r in records if r.drafter == BASELINE}  # fmt: skip
     out: dict[CellKey, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         if r.drafter == BASELINE:
             continue
-        base = baseline.get((r.language, r.task, r.prompt_index, r.seed))
+        base = baseline.get((r.language, r.task, r.prompt_index, r.seed, machine_kind(r.machine)))
         q = _ratio(r, base) if base is not None else None
         if q is None or (loop_free and (r.looped or base.looped)):
             continue
@@ -196,8 +199,10 @@ def held_out_split(records: list[ExampleRecord]) -> tuple[list[ExampleRecord], l
 def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
     """Stats of every (language, task, drafter, gamma) in ``records``, plain decoding included."""
     groups: dict[CellKey, list[ExampleRecord]] = defaultdict(list)
+    kinds: dict[CellKey, set[str]] = defaultdict(set)  # machine kinds of each cell's records
     for r in records:
         groups[(r.language, r.task, r.drafter, r.gamma)].append(r)
+        kinds[(r.language, r.task, r.drafter, r.gamma)].add(machine_kind(r.machine))
     ratios, ratios_clean = paired_ratios(records), paired_ratios(records, loop_free=True)
     out = []
     for key, rows in sorted(groups.items()):
@@ -251,7 +256,9 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
     plain_ms = {(s.language, s.task): s.target_forward_ms for s in out if s.drafter == BASELINE}
     for s in out:
         base = plain_ms.get((s.language, s.task), math.nan)
-        if s.drafter != BASELINE and math.isfinite(base) and base > 0 and math.isfinite(s.target_forward_ms):
+        plain_kinds = kinds[(s.language, s.task, BASELINE, 0)]
+        one_kind = len(plain_kinds) == 1 and kinds[(s.language, s.task, s.drafter, s.gamma)] == plain_kinds
+        if s.drafter != BASELINE and one_kind and math.isfinite(base) and base > 0 and math.isfinite(s.target_forward_ms):
             s.verify_cost = s.target_forward_ms / base
             if math.isfinite(s.draft_forward_ms):
                 s.draft_cost = s.draft_forward_ms / base  # draft forward in units of a plain step

@@ -14,6 +14,9 @@ def run_command(
     data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (e.g. ../shared/corpora)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (logs only)."),
     install_router: bool = typer.Option(True, help="Also install the run's router where `--drafter auto` finds it."),
+    ray: str = typer.Option(None, "--ray", help="Run the units on a Ray cluster: auto (the one this machine is in) or HOST:PORT of its head."),
+    ray_workers: int = typer.Option(None, "--ray-workers", help="Ray workers to start (default: as many as the cluster holds)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (units, generations, estimated hours) and run nothing."),
 ) -> None:
     """Run languages x tasks x drafters x gamma plus plain decoding; resume where a run stopped."""
     from babelspec.experiments.config import ConfigError, load_config
@@ -22,12 +25,28 @@ def run_command(
         cfg = load_config(config, profile, data_root=data_root)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config/--profile") from exc
-    from babelspec.experiments.runner import install_router as install, run_experiment
+    if ray is not None:
+        cfg.ray = "" if ray in ("", "off", "no") else ray
+    if ray_workers is not None:
+        cfg.ray_workers = ray_workers
+    from babelspec.experiments.executors import ExecutorError
+    from babelspec.experiments.runner import dry_run as plan_run, install_router as install, run_experiment
 
     def log(msg: str) -> None:
         typer.echo(msg, err=True)
 
-    summary = run_experiment(cfg, out, progress=not no_progress, log=log)
+    try:
+        if dry_run:
+            typer.echo(plan_run(cfg, out, log=log).describe())
+            return
+        summary = run_experiment(cfg, out, progress=not no_progress, log=log)
+    except ExecutorError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        typer.echo(f"interrupted: every finished example is in {out}; run the same command to resume",
+                   err=True)  # fmt: skip
+        raise typer.Exit(130) from None
     log(f"{summary.generated} generated this time, {summary.done_before} resumed; "
         f"{len(summary.skipped)} settings skipped; {summary.seconds / 60:.1f} min")  # fmt: skip
     if install_router:

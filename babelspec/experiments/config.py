@@ -125,6 +125,8 @@ class ExperimentConfig:
     max_new_tokens: int = 128
     threads: int = 0  # torch threads; 0 = leave torch's default
     shared_cache: bool = False  # prepared drafters in the user cache instead of runs/NAME
+    ray: str = ""  # "" runs here; "auto" or HOST:PORT runs the units on that Ray cluster
+    ray_workers: int = 0  # Ray workers (each `threads` threads); 0 = as many as the cluster holds
     drafters: list[DrafterSetting] = field(default_factory=list)
     sampling: SamplingSection = field(default_factory=SamplingSection)
     checks: ChecksSection = field(default_factory=ChecksSection)
@@ -359,6 +361,11 @@ def validate(cfg: ExperimentConfig) -> None:
         d.languages = [_language(lang, f"{where} drafter {d.name!r}") for lang in d.languages]
     for n in cfg.divergence.drafters:
         need(n in seen, f"[divergence] drafters: no drafter setting named {n!r}")
+    need(isinstance(cfg.ray, str), f"ray must be \"auto\" or \"HOST:PORT\" of a Ray cluster (got {cfg.ray!r})")
+    need(
+        isinstance(cfg.ray_workers, int) and not isinstance(cfg.ray_workers, bool) and cfg.ray_workers >= 0,
+        f"ray_workers must be an integer >= 0, 0 = as many as the cluster holds (got {cfg.ray_workers!r})",
+    )
     need(cfg.checks.loop_ngram >= 1, "[checks] loop_ngram must be >= 1")
     need(0.0 < cfg.checks.loop_threshold <= 1.0, "[checks] loop_threshold must be in (0, 1]")
 

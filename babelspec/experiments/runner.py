@@ -1,9 +1,12 @@
 """The runner: the grid languages x tasks x drafter settings x gamma, plus plain decoding.
 
-Every example is stored as it finishes (``store.Store``), so a run killed at any point
-resumes where it stopped. For each prompt the plain decoding and every speculative setting
-run back to back (in an order rotated per prompt), so each wall-clock ratio compares
-generations measured side by side under the same machine load.
+A run is a pipeline of stages: prepare the drafters (train n-grams, distil) -> plan the
+units the store still lacks -> execute them (``executors``: here, or on a Ray cluster) ->
+divergence on held-out text -> analysis. Every example is stored as it comes back, by this
+process alone, one transaction each (``store.Store``), so a run killed at any point resumes
+where it stopped. A unit is one prompt with plain decoding and every speculative setting run
+back to back (in an order rotated per prompt) on one worker, so each wall-clock ratio
+compares generations measured side by side on one machine under the same load.
 """
 
 from __future__ import annotations
@@ -14,35 +17,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from babelspec.experiments.checks import OutputChecker
 from babelspec.experiments.config import ExperimentConfig, dump_toml
-from babelspec.experiments.prepare import DrafterUnavailable, PrepareRequest, prepare
-from babelspec.experiments.store import STORE_NAME, ExampleRecord, Key, Store
+from babelspec.experiments.executors import Executor, LocalExecutor, make_executor
+from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
+from babelspec.experiments.worker import (  # noqa: F401 - task_prompts: the runner's prompts
+    PrepareJob, Result, Skip, Unit, WorkItem, plan, prompt_data, task_prompts, units_of, versions,
+)
 from babelspec.fileio import write_text_atomic
-from babelspec.routing import BASELINE
-
-
-@dataclass
-class Prompt:
-    ids: list[int]
-    stop_strings: tuple[str, ...] = ()
-    text: str = ""
-
-
-@dataclass
-class WorkItem:
-    language: str
-    task: str
-    prompt_index: int
-    seed: int
-    drafter: str  # setting name, "none" for plain decoding
-    gamma: int  # 0 for plain decoding
-
-    @property
-    def key(self) -> Key:
-        return (self.language, self.task, self.drafter, self.gamma, self.prompt_index, self.seed)
 
 
 @dataclass
@@ -54,18 +36,8 @@ class RunSummary:
     skipped: list[tuple[str, str, str]] = field(default_factory=list)
     specs: dict[tuple[str, str], str] = field(default_factory=dict)
     seconds: float = 0.0
-
-
-def versions() -> dict[str, str]:
-    import babelspec
-
-    out = {"babelspec": babelspec.__version__}
-    for name in ("torch", "transformers"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            out[name] = ""
-    return out
+    executor: str = "local"
+    worker_deaths: int = 0  # workers lost mid-run (their units were retried elsewhere)
 
 
 _write_atomic = write_text_atomic
@@ -78,62 +50,9 @@ def load_run_target(spec: str):
     return load_target(spec)
 
 
-def task_prompts(task: str, lang: str, tokenizer, n: int, data=None) -> list[Prompt]:
-    """``n`` prompts of a task for a language, as token ids with their stop strings; ``data``
-    (the config's ``[data]`` section) says which sentences, when it has a table for ``lang``."""
-    from babelspec.data.tasks import get_task
-
-    out = []
-    for p in get_task(task).prompts(lang, tokenizer, n, data=prompt_data(data, lang)):
-        ids = _first_attr(p, ("token_ids", "ids", "input_ids"))
-        text = _first_attr(p, ("text", "prompt")) if not isinstance(p, str) else p
-        if ids is None:  # a chat template may already have put the BOS token in the text
-            bos = getattr(tokenizer, "bos_token", None)
-            special = not (bos and text.startswith(bos))
-            ids = tokenizer(text, add_special_tokens=special)["input_ids"]
-        stops = _first_attr(p, ("stop_strings", "stop")) or ()
-        out.append(Prompt(ids=list(ids), stop_strings=tuple(stops), text=text or ""))
-    return out
-
-
-def prompt_data(data, lang: str):
-    """The test and few-shot records of ``lang`` from a ``[data]`` section (None: bundled)."""
-    if data is None or lang not in data.languages:
-        return None
-    from babelspec.data.sources import parallel_records
-    from babelspec.data.tasks import PromptData
-
-    test, shots, _ = data.sources(lang)
-    return PromptData(test=parallel_records(test, lang), shots=parallel_records(shots, lang))
-
-
-def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
-    for name in names:
-        value = obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-        if value is not None:
-            return value
-    return None
-
-
-def plan(cfg: ExperimentConfig, available: dict[str, list[str]]) -> list[WorkItem]:
-    """Every example of the grid, grouped by language, task and prompt (interleaved order)."""
-    items = []
-    for lang in cfg.languages:
-        units = [(BASELINE, 0)] if cfg.baseline else []
-        units += [(name, g) for name in available.get(lang, []) for g in cfg.gammas]
-        for task in cfg.tasks:
-            for i in range(cfg.prompts_per_cell):
-                for seed in cfg.seeds:
-                    shift = (i + seed) % max(1, len(units))  # rotate so no setting always runs first
-                    for name, g in units[shift:] + units[:shift]:
-                        items.append(WorkItem(lang, task, i, seed, name, g))
-    return items
-
-
-def generation_seed(seed: int, prompt_index: int) -> int:
-    """Plain and speculative decoding of one prompt share a seed (not that it matters for
-    the distribution: verification is lossless)."""
-    return seed * 1_000_003 + prompt_index
+def load_config_target(cfg: ExperimentConfig):
+    """The run's verifier as the config asks for it: the driver and every worker load it so."""
+    return load_run_target(cfg.target)
 
 
 def run_experiment(
@@ -142,62 +61,160 @@ def run_experiment(
     *,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    executor: Executor | None = None,
 ) -> RunSummary:
+    """Run (or resume) the grid into ``out_dir``; ``executor`` defaults to ``cfg.ray``'s."""
     import torch
 
-    from babelspec.drafters import make_drafter
-    from babelspec.engine import generate
-
     started = time.perf_counter()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    summary = RunSummary(out_dir=out)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    _write_atomic(out / "config.toml", dump_toml(cfg))
-    store = Store(out / STORE_NAME)
+    executor = executor or make_executor(cfg.ray, cfg.ray_workers)
+    # Workers first: no cluster, or a worker lacking the model, fails before the store exists.
+    executor.start(cfg, log)
+    try:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        summary = RunSummary(out_dir=out, executor=executor.name)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        _write_atomic(out / "config.toml", dump_toml(cfg))
+        store = Store(out / STORE_NAME)
+        try:
+            target = _open_run(cfg, store, log)
+            specs = prepare_drafters(cfg, store, target, _artifact_root(cfg, out), log, executor)
+            todo = plan_stage(cfg, store, specs, summary, log)
+            executor.configure(target, specs)
+            execute_stage(executor, todo, store, summary, progress)
+            summary.worker_deaths = getattr(executor, "deaths", 0)
+            executor.close()
+            if cfg.divergence.enabled:
+                gc.collect()
+                with _stage(store, "divergence"):
+                    _divergence(cfg, store, target, specs, log)
+            summary.skipped = store.skips()
+            summary.specs = specs
+            summary.seconds = time.perf_counter() - started
+            store.set_meta("finished_at", time.time())
+        finally:
+            store.close()
+    finally:
+        executor.close()
+
+    # Tables and the router, written next to the store.
+    from babelspec.experiments.analysis import write_analysis
+
+    write_analysis(out, log=log)
+    return summary
+
+
+@dataclass
+class RunPlan:
+    """What ``babelspec run --dry-run`` prints: the work left and what it should cost."""
+
+    units: int
+    generations: int
+    done_before: int
+    workers: int
+    seconds_per_token: float  # plain decoding, measured on one worker
+    max_new_tokens: int
+
+    @property
+    def hours(self) -> float:
+        """Upper estimate: every generation runs to max_new_tokens at plain-decoding speed."""
+        per_gen = self.seconds_per_token * self.max_new_tokens
+        return self.generations * per_gen / max(1, self.workers) / 3600
+
+    def describe(self) -> str:
+        return (f"{self.units} units, {self.generations} generations to run "
+                f"({self.done_before} already stored) on {self.workers} worker(s); "
+                f"plain decoding at {1 / self.seconds_per_token:.1f} tokens/s per worker -> "
+                f"at most {self.hours:.2f} h (every generation at max_new_tokens = {self.max_new_tokens}; "
+                f"drafter preparation, divergence and analysis not included)")  # fmt: skip
+
+
+def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], None] = print,
+            executor: Executor | None = None) -> RunPlan:  # fmt: skip
+    """The plan of ``run_experiment`` without running it: nothing is written to ``out_dir``.
+
+    Every configured drafter setting is counted (preparation may later skip some), minus what
+    an existing store already holds; the speed is one worker's, measured on a short plain
+    decoding."""
+    import torch
+
+    executor = executor or make_executor(cfg.ray, cfg.ray_workers)
+    items = plan(cfg, {lang: [d.name for d in cfg.settings_for(lang)] for lang in cfg.languages})
+    path = Path(out_dir) / STORE_NAME
+    done: set = set()
+    if path.is_file():
+        with Store(path) as store:
+            done = store.done_keys()
+    todo = [it for it in items if it.key not in done]
+    executor.start(cfg, log)
+    try:
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        target = load_config_target(cfg) if executor.name == "local" else None
+        spt = executor.seconds_per_token(target)
+        workers = executor.workers
+    finally:
+        executor.close()
+    return RunPlan(units=len(units_of(todo)), generations=len(todo), done_before=len(items) - len(todo),
+                   workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens)  # fmt: skip
+
+
+def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):
     store.set_meta("config", cfg.to_dict())
     store.set_meta("versions", versions())
-    meta = store.meta()
-    if "started_at" not in meta:
+    if "started_at" not in store.meta():
         store.set_meta("started_at", time.time())
-
     log(f"loading target {cfg.target}")
-    target = load_run_target(cfg.target)
-    tokenizer = target.tokenizer
+    target = load_config_target(cfg)
     store.set_meta("target", {"spec": cfg.target, "name": getattr(target, "name", ""),
                               "vocab_size": target.vocab_size})  # fmt: skip
+    return target
 
-    artifacts = _artifact_root(cfg, out)
-    # 1. Prepare every drafter setting for every language (train n-grams, distil, ...).
+
+def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Path,
+                     log: Callable[[str], None], executor: Executor | None = None,
+                     ) -> dict[tuple[str, str], str]:  # fmt: skip
+    """Stage 1: the drafter spec of every (setting, language) that can run; skips recorded.
+
+    Settings with a fixed spec are resolved here; those to train (n-grams, distillation) are
+    prepared by ``executor`` (here by default, or on the cluster's workers)."""
     specs: dict[tuple[str, str], str] = {}
-    stage_seconds = dict(store.meta().get("stage_seconds", {}))
+    jobs = []
     for lang in cfg.languages:
         for setting in cfg.settings_for(lang):
-            t_prep = time.perf_counter()
-            try:
-                if setting.prepared:
-                    req = PrepareRequest(setting, lang, cfg.target, target,
-                                         artifacts / setting.kind, log=log, data=cfg.data)  # fmt: skip
-                    specs[(setting.name, lang)] = prepare(req)
-                else:
-                    specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
-                store.clear_skip(setting.name, lang)
-            except DrafterUnavailable as exc:
-                log(f"skipping {setting.name} for {lang}: {exc}")
-                store.add_skip(setting.name, lang, str(exc))
             if setting.prepared:
-                key = f"prepare {setting.name} {lang}"
-                stage_seconds[key] = stage_seconds.get(key, 0.0) + time.perf_counter() - t_prep
+                jobs.append(PrepareJob(setting, lang, artifacts / setting.kind))
+            else:
+                specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
+                store.clear_skip(setting.name, lang)
+    stage_seconds = dict(store.meta().get("stage_seconds", {}))
+    executor = executor or _started(LocalExecutor(), cfg, log)
+    for job, spec, reason, seconds in executor.prepare(jobs, target):
+        name, lang = job.setting.name, job.language
+        if spec:
+            specs[(name, lang)] = spec
+            store.clear_skip(name, lang)
+        else:
+            log(f"skipping {name} for {lang}: {reason}")
+            store.add_skip(name, lang, reason)
+        key = f"prepare {name} {lang}"
+        stage_seconds[key] = stage_seconds.get(key, 0.0) + seconds
+        store.set_meta("stage_seconds", stage_seconds)
     store.set_meta("specs", {f"{d}|{lang}": s for (d, lang), s in specs.items()})
     store.set_meta("trained_on", {s.name: s.trained_on for s in cfg.drafters})
+    return specs
 
-    checker = OutputChecker.from_corpora(
-        cfg.languages, loop_ngram=cfg.checks.loop_ngram, loop_threshold=cfg.checks.loop_threshold,
-        min_language_score=cfg.checks.min_language_score, use_langid=cfg.checks.langid_package,
-    )  # fmt: skip
 
-    # 2. The grid, skipping what the store already holds.
+def _started(executor: Executor, cfg: ExperimentConfig, log: Callable[[str], None]) -> Executor:
+    executor.start(cfg, log)
+    return executor
+
+
+def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str], str],
+               summary: RunSummary, log: Callable[[str], None]) -> list[Unit]:  # fmt: skip
+    """Stage 2: the units of the grid, holding only the examples the store lacks."""
     available = {lang: [d.name for d in cfg.settings_for(lang) if (d.name, lang) in specs]
                  for lang in cfg.languages}  # fmt: skip
     items = plan(cfg, available)
@@ -205,77 +222,43 @@ def run_experiment(
     todo = [it for it in items if it.key not in done]
     summary.planned, summary.done_before = len(items), len(items) - len(todo)
     log(f"{len(items)} examples planned, {summary.done_before} already in the store")
+    return units_of(todo)
 
-    trained_on = {s.name: s.trained_on for s in cfg.drafters}
-    drafters: dict[tuple[str, str], Any] = {}
-    prompts: dict[tuple[str, str], list[Prompt]] = {}
-    ver = versions()
-    bar = _progress(len(items), summary.done_before, progress)
-    t_stage = time.perf_counter()
-    try:
-        for it in todo:
-            key = (it.language, it.task)
-            if key not in prompts:
-                prompts[key] = task_prompts(it.task, it.language, tokenizer, cfg.prompts_per_cell, cfg.data)
-            if it.prompt_index >= len(prompts[key]):
-                bar.update(1)
-                continue  # the task has fewer prompts for this language than asked
-            prompt = prompts[key][it.prompt_index]
-            if it.drafter == BASELINE:
-                drafter = make_drafter("none", target)
-            else:
-                dkey = (it.drafter, it.language)
-                if dkey not in drafters:
-                    _drop_other_languages(drafters, it.language)
-                    try:
-                        spec = specs[dkey].replace("{task}", it.task)
-                        drafters[dkey] = make_drafter(spec, target, lang=it.language, task=it.task)
-                    except (ValueError, ImportError, OSError) as exc:
-                        log(f"skipping {it.drafter} for {it.language}: cannot build it: {exc}")
-                        store.add_skip(it.drafter, it.language, f"cannot build the drafter: {exc}")
-                        drafters[dkey] = None
-                drafter = drafters[dkey]
-                if drafter is None:
-                    bar.update(1)
-                    continue
-            sampling = cfg.sampling_config(generation_seed(it.seed, it.prompt_index))
-            t0 = time.time()
-            result = generate(
-                target, drafter, prompt.ids, gamma=max(1, it.gamma),
-                max_new_tokens=cfg.max_new_tokens, sampling=sampling,
-                stop_strings=prompt.stop_strings,
-            )  # fmt: skip
-            check = checker.check(result.text, it.language)
-            record = _record(it, result, check, prompt, specs, trained_on, ver, t0)
-            store.add(record)
-            summary.generated += 1
+
+def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: RunSummary,
+                  progress: bool) -> None:  # fmt: skip
+    """Stage 3: every unit through the executor; this process writes each result it returns."""
+    bar = _progress(summary.planned, summary.done_before, progress)
+
+    def sink(items: list[WorkItem], results: list[Result]) -> None:
+        for it, res in zip(items, results, strict=True):
+            if isinstance(res, ExampleRecord):
+                summary.generated += store.add(res)  # its own transaction; False if already there
+            elif isinstance(res, Skip):
+                store.add_skip(res.drafter, res.language, res.reason)
             bar.update(1)
             bar.set_postfix_str(f"{it.language}/{it.task}/{it.drafter}/g{it.gamma}", refresh=False)
+
+    try:
+        with _stage(store, "grid"):
+            executor.execute(units, sink)
     finally:
         bar.close()
-        stage_seconds["grid"] = stage_seconds.get("grid", 0.0) + time.perf_counter() - t_stage
-        store.set_meta("stage_seconds", stage_seconds)
 
-    # 3. Divergence on held-out text, per language and setting.
-    if cfg.divergence.enabled:
-        drafters.clear()
-        gc.collect()
-        t_stage = time.perf_counter()
-        _divergence(cfg, store, target, specs, log)
-        stage_seconds["divergence"] = stage_seconds.get("divergence", 0.0) + time.perf_counter() - t_stage
-        store.set_meta("stage_seconds", stage_seconds)
 
-    summary.skipped = store.skips()
-    summary.specs = specs
-    summary.seconds = time.perf_counter() - started
-    store.set_meta("finished_at", time.time())
-    store.close()
+class _stage:
+    """Adds the wall time of a stage to the store's ``stage_seconds`` (also when it fails)."""
 
-    # 4. Tables and the router, written next to the store.
-    from babelspec.experiments.analysis import write_analysis
+    def __init__(self, store: Store, name: str) -> None:
+        self.store, self.name = store, name
 
-    write_analysis(out, log=log)
-    return summary
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        seconds = dict(self.store.meta().get("stage_seconds", {}))
+        seconds[self.name] = seconds.get(self.name, 0.0) + time.perf_counter() - self.t0
+        self.store.set_meta("stage_seconds", seconds)
 
 
 def _artifact_root(cfg: ExperimentConfig, out: Path) -> Path:
@@ -284,40 +267,6 @@ def _artifact_root(cfg: ExperimentConfig, out: Path) -> Path:
 
         return Path(os.environ.get("BABELSPEC_CACHE") or user_cache_dir("babelspec")) / "artifacts"
     return out / "artifacts"
-
-
-def _drop_other_languages(drafters: dict, lang: str) -> None:
-    # One language's drafters at a time: distilled students are whole models.
-    stale = [k for k in drafters if k[1] != lang]
-    for k in stale:
-        del drafters[k]
-    if stale:
-        gc.collect()
-
-
-def _record(it: WorkItem, result, check, prompt: Prompt, specs, trained_on, ver, t0) -> ExampleRecord:
-    return ExampleRecord(
-        language=it.language, task=it.task, drafter=it.drafter, gamma=it.gamma,
-        prompt_index=it.prompt_index, seed=it.seed,
-        drafter_spec=BASELINE if it.drafter == BASELINE else specs[(it.drafter, it.language)],
-        trained_on=trained_on.get(it.drafter, ""),
-        # NaN where nothing was judged or drafted: stored as NULL, never as 0
-        alpha=result.alpha, alpha_token=result.alpha_token,
-        mean_accepted_length=result.mean_accepted_length,
-        proposed=result.proposed, accepted=result.accepted, rejections=result.rejections,
-        steps=result.steps, accepted_per_step=list(result.accepted_per_step),
-        proposed_per_step=list(result.proposed_per_step),
-        draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
-        wall_seconds=result.wall_seconds,
-        draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
-        target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
-        c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,
-        prompt_tokens=len(prompt.ids), stop_reason=result.stop_reason, text=result.text,
-        in_language=check.in_language, language_score=check.language_score,
-        classifier_language=check.classifier_language, langid_language=check.langid_language,
-        loop_ratio=check.loop_ratio, looped=check.looped, versions=ver,
-        started_at=t0, finished_at=time.time(),
-    )  # fmt: skip
 
 
 def _divergence(cfg: ExperimentConfig, store: Store, target, specs, log) -> None:

@@ -64,6 +64,7 @@ class ExampleRecord:
     loop_ratio: float = 0.0  # repeated n-gram ratio
     looped: bool = False
     versions: dict[str, str] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)  # machine.machine_fingerprint()
     started_at: float = 0.0  # unix seconds
     finished_at: float = 0.0
 
@@ -74,8 +75,9 @@ class ExampleRecord:
 
 _JSON_FIELDS = {
     "accepted_per_step", "proposed_per_step", "draft_forward_seconds",
-    "target_forward_seconds", "versions",
+    "target_forward_seconds", "versions", "machine",
 }  # fmt: skip
+_DICT_FIELDS = {"versions", "machine"}
 _KEY_FIELDS = ("language", "task", "drafter", "gamma", "prompt_index", "seed")
 
 
@@ -118,6 +120,11 @@ class Store:
             self.db.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+            # A store written before a field existed gets the column (NULL in its old rows).
+            have = {row[1] for row in self.db.execute("PRAGMA table_info(examples)")}
+            for f in fields(ExampleRecord):
+                if f.name not in have:
+                    self.db.execute(f"ALTER TABLE examples ADD COLUMN {f.name} {_sql_type(f)}")
 
     def close(self) -> None:
         self.db.close()
@@ -170,7 +177,7 @@ class Store:
                 if data[k] is None:
                     data[k] = math.nan
             for k in _JSON_FIELDS:
-                data[k] = json.loads(data[k]) if data[k] else ([] if k != "versions" else {})
+                data[k] = json.loads(data[k]) if data[k] else ({} if k in _DICT_FIELDS else [])
             for k in bools:
                 data[k] = None if data[k] is None else bool(data[k])
             yield ExampleRecord(**data)

@@ -1,0 +1,55 @@
+"""Every record says what machine it ran on, and speed ratios never mix machine kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from babelspec.experiments.aggregate import setting_stats
+from babelspec.experiments.machine import machine_fingerprint, machine_kind
+from babelspec.experiments.runner import STORE_NAME
+from babelspec.experiments.store import Store
+from experiments_fixtures import record
+from tiny import tiny_gemma3
+
+
+def test_fingerprint_names_host_device_dtype_and_threads():
+    import torch
+
+    from babelspec.target import Target
+
+    fp = machine_fingerprint(Target(tiny_gemma3()))
+    assert fp["host"] and fp["device"] and fp["dtype"] == "float32"
+    assert fp["threads"] == torch.get_num_threads()
+    other_host = {**fp, "host": "elsewhere"}
+    assert machine_kind(other_host) == machine_kind(fp)  # the same hardware measures the same
+    assert machine_kind({**fp, "threads": fp["threads"] + 1}) != machine_kind(fp)
+    assert machine_kind({**fp, "dtype": "bfloat16"}) != machine_kind(fp)
+
+
+def test_speedups_pair_only_generations_of_one_machine_kind():
+    fast = {"host": "a", "device": "GPU X", "dtype": "bfloat16", "threads": 1}
+    slow = {"host": "b", "device": "CPU Y", "dtype": "float32", "threads": 2}
+    recs = []
+    for p, spec_machine in [(0, fast), (1, slow)]:  # prompt 1's unit was split over two machines
+        base = record("amh", "story", "none", 0, p, wall=2.0)
+        base.machine = fast
+        spec = record("amh", "story", "self1", 2, p, wall=1.0 if spec_machine is fast else 10.0)
+        spec.machine = spec_machine
+        recs += [base, spec]
+    stats = {(s.drafter, s.gamma): s for s in setting_stats(recs)}
+    s = stats[("self1", 2)]
+    assert s.n_pairs == 1 and s.speedup == pytest.approx(2.0)  # not the cross-machine 0.2
+    assert s.verify_cost != s.verify_cost  # NaN: its forward times come from two machine kinds
+
+
+def test_a_store_from_before_machine_fingerprints_takes_new_records(tmp_path):
+    path = tmp_path / STORE_NAME
+    with Store(path) as store:  # a run stored before records had a machine column
+        store.add(record("amh", "story", "none", 0, 0, wall=2.0))
+        store.db.execute("ALTER TABLE examples DROP COLUMN machine")
+    with Store(path) as store:
+        new = record("amh", "story", "none", 0, 1, wall=2.0)
+        new.machine = {"host": "h", "device": "CPU Y", "dtype": "float32", "threads": 2}
+        assert store.add(new)
+        old, added = store.records()
+    assert old.machine == {} and added.machine == new.machine
