@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -45,3 +46,62 @@ def engine_overhead(steps: int = 300, gamma: int = 4, vocabs: tuple[int, ...] = 
     figures["goal_us_per_step"] = 300
     figures["meets_goal"] = figures["overhead_us_per_step"] <= 300
     return figures
+
+
+def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("float32", "bfloat16"),
+                  blocks: tuple[int, ...] = tuple(range(1, 10)), repeats: int = 15,
+                  context: int = 64, plain_tokens: int = 16) -> dict:
+    """Decode (1 token) and verify (2-9 tokens) forwards of ``target`` through ``CausalLM``,
+    per dtype, all interleaved: every (dtype, block) once per round, order rotated per round.
+
+    Also one plain ``generate`` step (the whole loop around a one-token forward), to show what
+    the loop adds to the forward."""
+    from babelspec.drafters import make_drafter
+    from babelspec.models import load_target
+    from babelspec.models.machine import execution_info
+
+    targets = {name: load_target(target, dtype=name) for name in dtypes}
+    prompt = list(range(1000, 1000 + context))
+    for t in targets.values():
+        t.prefill(prompt)
+    cells = [(name, b) for name in dtypes for b in blocks]
+    times: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+    for round_ in range(repeats + 1):  # round 0 warms up and is dropped
+        shift = round_ % len(cells)
+        for name, b in cells[shift:] + cells[:shift]:
+            t = targets[name]
+            ids = [prompt[-1]] * b
+            t0 = time.perf_counter()
+            t.forward(ids)
+            elapsed = time.perf_counter() - t0
+            t.crop(context)
+            if round_:
+                times[(name, b)].append(elapsed)
+    step: dict[str, list[float]] = {name: [] for name in dtypes}
+    for round_ in range(3):
+        for name in (dtypes if round_ % 2 == 0 else dtypes[::-1]):
+            t = targets[name]
+            r = generate(t, make_drafter("none", t), prompt, gamma=1, max_new_tokens=plain_tokens,
+                         sampling=SamplingConfig(greedy=True))
+            step[name].append((r.wall_seconds - r.prefill_seconds) / r.steps)
+    out: dict = {"benchmark": "forward", "target": target, "context_tokens": context,
+                 "repeats": repeats, "threads": torch.get_num_threads(), "dtypes": {}}
+    for name in dtypes:
+        med = {b: statistics.median(times[(name, b)]) for b in blocks}
+        decode = med[blocks[0]]
+        t = targets[name]
+        forward_ms = statistics.median(t.forward_seconds[-plain_tokens:]) * 1e3 if t.forward_seconds else None
+        out["dtypes"][name] = {
+            **execution_info(t),
+            "decode_ms": round(decode * 1e3, 2),
+            "verify_ms": {str(b): round(med[b] * 1e3, 2) for b in blocks[1:]},
+            "verify_ratio": {str(b): round(med[b] / decode, 3) for b in blocks[1:]},
+            "plain_generate_step_ms": round(statistics.median(step[name]) * 1e3, 2),
+            "plain_generate_forward_ms": round(forward_ms, 2) if forward_ms else None,
+        }
+    if "float32" in dtypes and "bfloat16" in dtypes:
+        f32, b16 = out["dtypes"]["float32"], out["dtypes"]["bfloat16"]
+        out["bf16_speedup_decode"] = round(f32["decode_ms"] / b16["decode_ms"], 3)
+        out["bf16_speedup_verify"] = {b: round(f32["verify_ms"][b] / b16["verify_ms"][b], 3)
+                                      for b in b16["verify_ms"]}
+    return out

@@ -9,6 +9,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
+              "else float32), bfloat16 (fast mode) or float32 (exact mode: greedy speculative == plain).")
 bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 
@@ -17,6 +19,7 @@ app.add_typer(bench_app, name="bench")
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     drafter: str = typer.Option("none", help="Drafter spec: none, model:X, ngram:FILE, self:K, distilled:DIR, auto."),
     gamma: int | None = typer.Option(
         None, help="Tokens drafted per step (γ); default: the router's choice with --drafter auto, else 4."),
@@ -56,7 +59,7 @@ def generate(
         from babelspec.drafters import make_drafter
         from babelspec.models import load_target
 
-        tgt = load_target(target)
+        tgt = load_target(target, dtype=dtype)
         context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
         drf = make_drafter(drafter, tgt, **context)
         prompt_ids = tgt.tokenizer(prompt)["input_ids"]
@@ -68,8 +71,10 @@ def generate(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if json_output:
+        from babelspec.models.machine import execution_info
+
         typer.echo(json.dumps({"text": result.text, "target": target, "drafter": drafter,
-                               **result.to_dict()}, ensure_ascii=False))
+                               "execution": execution_info(tgt), **result.to_dict()}, ensure_ascii=False))
         return
     typer.echo(prompt + result.text)
     typer.echo(
@@ -93,6 +98,33 @@ def bench_engine(
     from babelspec.bench import engine_overhead
 
     typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
+
+
+@bench_app.command("forward")
+def bench_forward(
+    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side."),
+    repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
+    max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
+    threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
+) -> None:
+    """Decode and verify forward times per dtype and block size 1..max-block; prints JSON."""
+    import json
+
+    import torch
+
+    from babelspec.bench import forward_costs
+    from babelspec.models import DTYPES
+
+    names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
+    bad = [d for d in names if d not in DTYPES]
+    if bad or not names:
+        raise typer.BadParameter(f"--dtypes takes {', '.join(DTYPES)}; got {dtypes!r}")
+    if max_block < 2 or repeats < 1:
+        raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
+    if threads:
+        torch.set_num_threads(threads)
+    typer.echo(json.dumps(forward_costs(target, names, tuple(range(1, max_block + 1)), repeats), indent=1))
 
 
 # --- sub-command groups owned by the other packages (one line each) ---

@@ -19,14 +19,16 @@ def test_generate_json_matches_hugging_face_greedy():
 
     from babelspec.models import load_model
 
-    proc = run("generate", "--target", "gemma-3-270m", "--greedy", "--max-new-tokens", "12",
-               "--prompt", PROMPT, "--json")
+    proc = run("generate", "--target", "gemma-3-270m", "--dtype", "float32", "--greedy",
+               "--max-new-tokens", "12", "--prompt", PROMPT, "--json")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key in ("text", "token_ids", "alpha", "proposed", "accepted", "wall_seconds", "draft_seconds",
                 "target_seconds"):
         assert key in out
-    model, tokenizer = load_model("gemma-3-270m")
+    assert out["execution"]["dtype"] == "float32" and out["execution"]["mode"] == "exact"
+    assert out["execution"]["threads"] >= 1 and out["execution"]["cpu"]
+    model, tokenizer = load_model("gemma-3-270m", dtype="float32")
     ids = tokenizer(PROMPT, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         reference = model.generate(ids, max_new_tokens=12, do_sample=False)[0, ids.shape[1]:].tolist()
@@ -49,7 +51,8 @@ def test_generate_with_auto_drafts_the_routers_gamma(tmp_path):
     "args,message",
     [(["--gamma", "0"], "--gamma must be >= 1"), (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 0"),
      (["--top-p", "2"], "top_p must be in (0, 1]"), (["--target", "no-such-model-xyz"], "no-such-model-xyz"),
-     (["--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'")],
+     (["--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'"),
+     (["--dtype", "half"], "unknown dtype 'half'; choose one of auto, bfloat16, float32")],
 )
 def test_generate_rejects_bad_input_with_a_message(args, message):
     proc = run("generate", "--prompt", "Hello", *args)

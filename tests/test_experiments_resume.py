@@ -126,3 +126,9 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
     router = json.loads((out / "router.json").read_text())
     assert {(r["language"], r["task"]) for r in router["routes"]} >= {(la, t) for la in LANGS for t in TASKS}
     assert (out / "artifacts" / "ngram").is_dir()
+    # how its speeds were computed: dtype (exact or fast mode), threads, CPU
+    from babelspec.experiments.store import Store
+
+    execution = Store(db_path).meta()["execution"]
+    assert execution["dtype"] in ("float32", "bfloat16") and execution["threads"] == 1
+    assert execution["mode"] in ("exact", "fast") and execution["cpu"]

@@ -12,7 +12,7 @@ from babelspec.models.cache import COMPLETE_MARKER
 
 @pytest.fixture(scope="module")
 def default_model():
-    return load_model(DEFAULT_TARGET)
+    return load_model(DEFAULT_TARGET, dtype="float32")
 
 
 def test_second_load_reuses_the_cached_conversion(default_model) -> None:
@@ -20,7 +20,7 @@ def test_second_load_reuses_the_cached_conversion(default_model) -> None:
     marker = directory / COMPLETE_MARKER
     stamp = (marker.stat().st_mtime_ns, (directory / "model.safetensors").stat().st_mtime_ns)
     conversions = loader.conversion_count
-    model, tokenizer = load_model(DEFAULT_TARGET)
+    model, tokenizer = load_model(DEFAULT_TARGET, dtype="float32")
     assert loader.conversion_count == conversions  # no reconversion in this process
     assert (marker.stat().st_mtime_ns, (directory / "model.safetensors").stat().st_mtime_ns) == stamp
     meta = json.loads(marker.read_text())
@@ -44,3 +44,18 @@ def test_gemma_tokenizer_from_gguf_adds_one_bos(default_model) -> None:
     for text in ["ሰላም ለዓለም", "नमस्ते संसार", "Ẹ kú àárọ̀"]:
         ids = tok(text, add_special_tokens=False).input_ids
         assert tok.decode(ids) == text
+
+
+def test_bf16_is_a_second_cached_conversion_loaded_as_bf16() -> None:
+    import torch
+
+    fp32_dir, bf16_dir = converted_dir(DEFAULT_TARGET), converted_dir(DEFAULT_TARGET, torch.bfloat16)
+    assert bf16_dir != fp32_dir
+    meta = json.loads((bf16_dir / COMPLETE_MARKER).read_text())
+    assert meta["dtype"] == "bfloat16" and meta["gguf_sha256"].startswith("a5fd3b62")
+    model, _ = load_model(DEFAULT_TARGET, dtype="bfloat16")
+    assert model.dtype == torch.bfloat16
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    # half the bytes of the fp32 conversion on disk
+    size = lambda d: sum(p.stat().st_size for p in d.glob("*.safetensors"))  # noqa: E731
+    assert size(bf16_dir) < 0.6 * size(fp32_dir)

@@ -14,7 +14,7 @@ from babelspec.models.peers import PromptItem, equivalence
 
 @pytest.fixture(scope="module")
 def target():
-    return load_target(DEFAULT_TARGET)
+    return load_target(DEFAULT_TARGET, dtype="float32")  # the exact mode
 
 
 def _prompts(target, langs=("amh", "npi", "yor")) -> list[PromptItem]:

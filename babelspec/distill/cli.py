@@ -28,6 +28,8 @@ def distill_command(
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
     cache_dir: str = typer.Option(None, "--cache-dir", help="teacher cache directory"),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
+    dtype: str = typer.Option(None, "--dtype", help="teacher and student dtype: float32 (default: training "
+                              "updates are kept in full precision), bfloat16 or auto"),
     as_json: bool = typer.Option(False, "--json", help="print the metadata as JSON"),
     no_progress: bool = typer.Option(False, "--no-progress"),
 ) -> None:
@@ -40,7 +42,7 @@ def distill_command(
         raise typer.BadParameter(f"{config} does not exist", param_hint="--config")
     try:
         cfg = load_config(config, mode=mode, lang=lang, teacher=teacher, student=student,
-                          cache_dir=cache_dir, **{"train.steps": steps,
+                          cache_dir=cache_dir, dtype=dtype, **{"train.steps": steps,
                                                   "train.batch_size": batch_size,
                                                   "train.grad_accum": grad_accum,
                                                   "train.lr": lr, "train.loss": loss,

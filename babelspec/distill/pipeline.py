@@ -68,6 +68,7 @@ class DistillConfig:
     teacher: str = "gemma-3-270m"
     student: str = "self:6,head=corpus"
     cache_dir: str = ""  # where teacher caches go; "" = the user cache directory
+    dtype: str = "float32"  # teacher (and student) dtype: float32 | bfloat16 | auto
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -77,6 +78,8 @@ class DistillConfig:
             raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r})")
         if not self.lang:
             raise ValueError("a language is needed (--lang, e.g. --lang yor)")
+        if self.dtype not in ("auto", "bfloat16", "float32"):
+            raise ValueError(f"dtype must be float32, bfloat16 or auto (got {self.dtype!r})")
         from babelspec.data.languages import get_language
 
         self.lang = get_language(self.lang).code
@@ -132,6 +135,12 @@ def _cache_root(config: DistillConfig) -> Path:
     return cache_dir() / "distill"
 
 
+def _teacher_dtype(teacher: "Teacher") -> dict[str, str]:
+    """The teacher's dtype in a cache key, when not fp32 (so fp32 caches keep their keys)."""
+    dtype = next(teacher.model.parameters()).dtype
+    return {} if dtype == torch.float32 else {"teacher_dtype": str(dtype).removeprefix("torch.")}
+
+
 def _key(meta: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -160,7 +169,8 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
     d = config.data
     dtype = np.dtype(d.logp_dtype)
     meta = {"kind": "train", "mode": config.mode, "lang": config.lang, "teacher": teacher.spec,
-            "k": d.k, "logp_dtype": d.logp_dtype, "max_examples": d.max_examples}
+            "k": d.k, "logp_dtype": d.logp_dtype, "max_examples": d.max_examples,
+            **_teacher_dtype(teacher)}
     if config.mode == "task":
         meta["max_new_tokens"] = d.max_new_tokens
         items = data.task_prompts("translation", config.lang, teacher.tokenizer, "train",
@@ -204,7 +214,7 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
             continue
         meta = {"kind": "eval", "task": task, "lang": config.lang, "teacher": teacher.spec,
                 "prompts": e.prompts, "max_new_tokens": e.max_new_tokens, "seed": e.seed,
-                "k": config.data.k, "sampling": sampling.to_dict()}
+                "k": config.data.k, "sampling": sampling.to_dict(), **_teacher_dtype(teacher)}
         items = data.task_prompts(task, config.lang, teacher.tokenizer, "test", e.prompts,
                                   seed=e.seed)
         root = _cache_root(config) / f"eval-{task}-{config.lang}-{_key(meta)}"
@@ -279,7 +289,7 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
     if teacher is None:
         from babelspec.distill.teacher import load_causal_lm
 
-        model, tokenizer = load_causal_lm(config.teacher)
+        model, tokenizer = load_causal_lm(config.teacher, dtype=config.dtype)
         teacher = Teacher(config.teacher, model, tokenizer)
     walls["load_seconds"] = time.perf_counter() - started
 

@@ -124,6 +124,7 @@ class ExperimentConfig:
     baseline: bool = True  # plain decoding (drafter "none") for the wall-clock speedup
     max_new_tokens: int = 128
     threads: int = 0  # torch threads; 0 = leave torch's default
+    dtype: str = "auto"  # auto (bf16 where the hardware has it natively, else fp32) | bfloat16 | float32
     shared_cache: bool = False  # prepared drafters in the user cache instead of runs/NAME
     ray: str = ""  # "" runs here; "auto" or HOST:PORT runs the units on that Ray cluster
     ray_workers: int = 0  # Ray workers (each `threads` threads); 0 = as many as the cluster holds
@@ -335,6 +336,10 @@ def validate(cfg: ExperimentConfig) -> None:
     need(
         isinstance(cfg.prompts_per_cell, int) and cfg.prompts_per_cell >= 1,
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
+    )
+    need(
+        cfg.dtype in ("auto", "bfloat16", "float32"),
+        f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
     )
     need(
         isinstance(cfg.max_new_tokens, int) and cfg.max_new_tokens >= 1,

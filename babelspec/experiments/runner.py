@@ -40,19 +40,26 @@ class RunSummary:
     worker_deaths: int = 0  # workers lost mid-run (their units were retried elsewhere)
 
 
+def execution(target) -> dict:
+    """How the numbers of a run were computed: dtype (and exact or fast mode), threads, CPU."""
+    from babelspec.models.machine import execution_info
+
+    return execution_info(target)
+
+
 _write_atomic = write_text_atomic
 
 
-def load_run_target(spec: str):
+def load_run_target(spec: str, dtype: str = "auto"):
     """The verifier for a preset name or a local model directory."""
     from babelspec.models import load_target
 
-    return load_target(spec)
+    return load_target(spec, dtype=dtype)
 
 
 def load_config_target(cfg: ExperimentConfig):
     """The run's verifier as the config asks for it: the driver and every worker load it so."""
-    return load_run_target(cfg.target)
+    return load_run_target(cfg.target, cfg.dtype)
 
 
 def run_experiment(
@@ -168,6 +175,7 @@ def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):
         store.set_meta("started_at", time.time())
     log(f"loading target {cfg.target}")
     target = load_config_target(cfg)
+    store.set_meta("execution", execution(target))
     store.set_meta("target", {"spec": cfg.target, "name": getattr(target, "name", ""),
                               "vocab_size": target.vocab_size})  # fmt: skip
     return target

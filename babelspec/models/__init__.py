@@ -11,11 +11,15 @@ from babelspec.models.cache import CACHE_ENV, cache_dir
 from babelspec.models.loader import (
     converted_dir,
     default_device,
+    DTYPES,
+    cpu_has_native_bf16,
     default_dtype,
+    dtype_name,
     load_model,
     load_target,
     load_tokenizer,
     resolve,
+    resolve_dtype,
 )
 from babelspec.models.presets import DEFAULT_TARGET, PAPER_DRAFTER_FOR, PRESETS, Preset, PresetError
 from babelspec.models.tokenizers import TOKENIZER_PRESETS
@@ -31,9 +35,13 @@ __all__ = [
     "cache_dir",
     "converted_dir",
     "default_device",
+    "DTYPES",
+    "cpu_has_native_bf16",
     "default_dtype",
+    "dtype_name",
     "load_model",
     "load_target",
     "load_tokenizer",
     "resolve",
+    "resolve_dtype",
 ]

@@ -37,6 +37,8 @@ def bench_peers(
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
     task: str = typer.Option("translation", help="Prompts: translation, story or prefix (short in-language text)."),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
+    dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
+    llama_cpp: bool = typer.Option(True, help="Also time llama.cpp plain decoding of the same GGUF (needs llama-cpp-python)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
@@ -64,6 +66,8 @@ def bench_peers(
         drafters=tuple(d.strip() for d in drafters.split(",") if d.strip()) or None,
         assistant=None if assistant == "none" else assistant,
         task=task,
+        dtype=dtype,
+        llama_cpp=llama_cpp,
     )
     try:
         result = peers(cfg)
@@ -87,6 +91,8 @@ def bench_equivalence(
     drafters: str = typer.Option("none,self:6,self:12,head,self:12@", help="Comma-separated drafter specs."),
     task: str = typer.Option("prefix", help="Prompts: prefix (short in-language text), translation or story."),
     costs: bool = typer.Option(True, help="Also measure c (draft / target forward) per drafter."),
+    dtype: str = typer.Option("float32", help="float32 (the exact mode, held to token identity), bfloat16 "
+                              "(the fast mode: its agreement rate is measured, not required) or auto."),
 ) -> None:
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""
     import json
@@ -95,7 +101,7 @@ def bench_equivalence(
     from babelspec.models.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
 
     try:
-        tgt = load_target(target)
+        tgt = load_target(target, dtype=dtype)
         prompts = benchmark_prompts(tgt.tokenizer, list(_langs(langs, DEFAULT_LANGS)),
                                     _positive("--prompts-per-lang", prompts_per_lang), task)
         specs = [d.strip() for d in drafters.split(",") if d.strip()]

@@ -24,6 +24,7 @@ from babelspec.models.presets import DEFAULT_TARGET
 DEFAULT_LANGS = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
 QUICK_LANGS = ("amh", "npi", "yor")
 PREFIX_WORDS = 12
+LLAMA_CPP = "llama.cpp-plain"
 
 
 def default_drafters(n_layers: int) -> list[str]:
@@ -207,15 +208,20 @@ class PeersConfig:
     assistant: str | None = "self:12"  # HF assisted generation with this self-draft; None: skip
     task: str = "translation"
     threads: int | None = None
+    dtype: str = "auto"  # babelspec and HF alike: auto | bfloat16 | float32
+    llama_cpp: bool = True  # also llama.cpp plain decoding of the same GGUF, if installed
 
 
 def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig, greedy: bool,
-                   seed: int, drafters: dict[str, Any], assistant: Any) -> tuple[list[int], float, dict]:
+                   seed: int, drafters: dict[str, Any], assistant: Any,
+                   llama: Any = None) -> tuple[list[int], float, dict]:
     from babelspec.engine import generate
 
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
-    if method == "hf-plain":
+    if method == LLAMA_CPP:
+        tokens = llama.generate(item.ids, cfg.max_new_tokens, greedy, seed)
+    elif method == "hf-plain":
         tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed)
     elif method == "hf-prompt-lookup":
         tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed,
@@ -243,10 +249,21 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     from babelspec.drafters.selfdraft import num_layers, truncated_model
     from babelspec.models import load_target
 
+    from babelspec.models.machine import execution_info
+
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    target = load_target(cfg.target)
+    target = load_target(cfg.target, dtype=cfg.dtype)
     tokenizer = target.tokenizer
+    llama, llama_note = None, "not requested"
+    if cfg.llama_cpp:
+        from babelspec.models.llamacpp import LlamaCppUnavailable, open_llama_cpp
+
+        try:
+            llama = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
+            llama_note = llama.description
+        except LlamaCppUnavailable as err:
+            llama_note = f"skipped: {err}"
     specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
     prompts = benchmark_prompts(tokenizer, list(cfg.langs), cfg.prompts_per_lang, cfg.task)
     drafters: dict[str, Any] = {"none": make_drafter("none", target)}
@@ -260,6 +277,8 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     if cfg.assistant:
         assistant = truncated_model(target.model, int(cfg.assistant.removeprefix("self:")))
         methods.append("hf-assisted")
+    if llama is not None:
+        methods.append(LLAMA_CPP)
     methods += ["babelspec:none"] + [f"babelspec:{s}" for s in specs]
 
     records: list[dict] = []
@@ -268,7 +287,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     warm = PromptItem(prompts[0].lang, prompts[0].ids, prompts[0].text)
     short = PeersConfig(**{**asdict(cfg), "max_new_tokens": 4})
     for method in methods:
-        _method_runner(target, method, warm, short, True, 0, drafters, assistant)
+        _method_runner(target, method, warm, short, True, 0, drafters, assistant, llama)
     total = len(cfg.modes) * cfg.repeats * len(prompts) * len(methods)
     done = 0
     for mode in cfg.modes:
@@ -279,7 +298,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
                 for method in methods[shift:] + methods[:shift]:  # rotate the order
                     seed = 1000 * rep + p_index
                     tokens, seconds, extra = _method_runner(target, method, item, cfg, greedy, seed,
-                                                            drafters, assistant)
+                                                            drafters, assistant, llama)
                     text = tokenizer.decode(tokens, skip_special_tokens=True)
                     records.append({"mode": mode, "rep": rep, "prompt": p_index, "lang": item.lang,
                                     "method": method, "tokens": len(tokens), "chars": len(text),
@@ -290,7 +309,12 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
 
                         print(f"[{done}/{total}] {mode} {item.lang} {method}: {len(tokens)} tok "
                               f"{seconds:.2f} s", file=sys.stderr, flush=True)
-    return summarise(records, cfg, methods, prompts, time.perf_counter() - started)
+    out = summarise(records, cfg, methods, prompts, time.perf_counter() - started)
+    out["execution"] = execution_info(target)
+    out["llama_cpp"] = llama_note
+    if llama is not None:
+        llama.close()
+    return out
 
 
 def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts: list[PromptItem],
@@ -304,6 +328,7 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
     }
     key = lambda r: (r["mode"], r["rep"], r["prompt"])  # noqa: E731
     base = {key(r): r for r in records if r["method"] == "hf-plain"}
+    llama = {key(r): r for r in records if r["method"] == LLAMA_CPP}
     for mode in cfg.modes:
         rows = [r for r in records if r["mode"] == mode]
         table: dict[str, Any] = {}
@@ -324,6 +349,10 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                 "per_lang_ratio": {lang: _median([x for x, r in zip(ratios, mine) if r["lang"] == lang])
                                    for lang in cfg.langs},
             }
+            if LLAMA_CPP in methods:
+                entry["ratio_to_llama_cpp"] = _median(
+                    [(r["tokens"] / r["seconds"]) / (llama[key(r)]["tokens"] / llama[key(r)]["seconds"])
+                     for r in mine if key(r) in llama])
             if mine and "alpha" in mine[0]:
                 entry["alpha"] = _median([r["alpha"] for r in mine])
                 entry["c"] = _median([r["c"] for r in mine])
@@ -340,6 +369,11 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                 best[lang] = {"best": top, "ratio": scores[top], "hf_prompt_lookup": lookup,
                               "beats_prompt_lookup": lookup is not None and scores[top] > lookup}
         table["_best_drafter_per_lang"] = best
+        if LLAMA_CPP in methods and drafted:
+            top = max(drafted, key=lambda m: table[m]["ratio_to_llama_cpp"] or 0.0)
+            table["_best_babelspec_vs_llama_cpp"] = {
+                "best": top, "ratio": table[top]["ratio_to_llama_cpp"],
+                "plain_ratio": table["babelspec:none"]["ratio_to_llama_cpp"]}
         out["modes"][mode] = table
     none_ratios = [out["modes"][m]["babelspec:none"]["ratio_to_hf_plain"] for m in cfg.modes]
     out["goal_none_ratio_ge_0.95"] = all(r is not None and r >= 0.95 for r in none_ratios)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from babelspec.models.machine import describe
 from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from babelspec.report.provenance import provenance_blocks
@@ -82,7 +83,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         f"{', '.join(cfg.get('languages', []))}; tasks {', '.join(cfg.get('tasks', []))}; "
         f"gamma in {cfg.get('gammas')}; {cfg.get('prompts_per_cell')} prompts per cell; "
         f"at most {cfg.get('max_new_tokens')} new tokens; sampling preset "
-        f"`{cfg.get('sampling', {}).get('preset', '?')}`."
+        f"`{cfg.get('sampling', {}).get('preset', '?')}`. Computed in {describe(meta.get('execution', {}))}."
     ))  # fmt: skip
 
     # --- headline: per language, best setting; mean and worst as prominent ---
@@ -98,7 +99,8 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             f"(held out), so the number is not the maximum of noisy medians it was chosen by. "
             f"Measured = wall-clock seconds per token of plain decoding over those of speculative "
             f"decoding, median over prompts run side by side; [low, high] = bootstrap 95% interval "
-            f"over prompts (– with fewer than 2 held-out prompts).",
+            f"over prompts (– with fewer than 2 held-out prompts); computed in "
+            f"{describe(meta.get('execution', {}))}.",
             css="callout",
         ))  # fmt: skip
         routed = [r for r in a["router"]["routes"] if r["task"] != "*"]

@@ -1,0 +1,84 @@
+"""llama.cpp plain decoding of the same GGUF, as a peer in ``babelspec bench peers``.
+
+Needs the optional ``llama-cpp-python`` package (``pip install 'babelspec[llamacpp]'``; it
+builds from source with a C++ compiler). Token ids in, token ids out, so the prompts are
+exactly the ones babelspec and Hugging Face decode.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+
+class LlamaCppUnavailable(RuntimeError):
+    """llama.cpp cannot run this model here (package missing, or no GGUF for the spec)."""
+
+
+def gguf_for(spec: str, workdir: Path) -> Path:
+    """The GGUF file behind a model spec: a packaged preset's (assembled into ``workdir``) or a
+    ``.gguf`` path."""
+    from babelspec.models.presets import GGUF_LOCATORS, PRESETS
+
+    if spec in PRESETS and spec in GGUF_LOCATORS:
+        return GGUF_LOCATORS[spec](workdir)
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    raise LlamaCppUnavailable(f"{spec!r} has no GGUF file (a packaged preset or a .gguf path is needed)")
+
+
+class LlamaCppModel:
+    """A llama.cpp context over a GGUF: greedy or top-k/top-p sampled continuation of token ids."""
+
+    def __init__(self, llama: Any, gguf: Path, threads: int, stack: ExitStack) -> None:
+        self.llama = llama
+        self.gguf = gguf
+        self.threads = threads
+        self._stack = stack
+        import llama_cpp
+
+        self.description = f"llama-cpp-python {llama_cpp.__version__}, {gguf.name}, {threads} threads"
+
+    def generate(self, ids: list[int], max_new_tokens: int, greedy: bool = True, seed: int = 0) -> list[int]:
+        """The generated token ids (an EOS that ends generation included), prompt excluded."""
+        llm = self.llama
+        llm.reset()  # no prefix reuse across prompts: every run prefills its whole prompt
+        if greedy:
+            kwargs = dict(top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
+        else:
+            llm.set_seed(seed)
+            kwargs = dict(top_k=100, top_p=0.9, min_p=0.0, temp=1.0, repeat_penalty=1.0)
+        eos = llm.token_eos()
+        out: list[int] = []
+        for token in llm.generate(ids, reset=True, **kwargs):
+            out.append(int(token))
+            if token == eos or len(out) >= max_new_tokens:
+                break
+        return out
+
+    def close(self) -> None:
+        self.llama.close() if hasattr(self.llama, "close") else None
+        self._stack.close()
+
+
+def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048) -> LlamaCppModel:
+    """A ``LlamaCppModel`` for a packaged preset or a .gguf path, on ``threads`` CPU threads."""
+    try:
+        from llama_cpp import Llama
+    except ImportError as err:
+        raise LlamaCppUnavailable(
+            "llama-cpp-python is not installed (pip install 'babelspec[llamacpp]'; it builds "
+            f"from source with a C++ compiler): {err}") from None
+    stack = ExitStack()
+    workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="babelspec-gguf-")))
+    try:
+        gguf = gguf_for(spec, workdir)
+        llama = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                      n_batch=512, verbose=False, logits_all=False)
+    except BaseException:
+        stack.close()
+        raise
+    return LlamaCppModel(llama, gguf, threads, stack)
