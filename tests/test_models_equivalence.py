@@ -30,3 +30,12 @@ def test_greedy_matches_hf_generate_for_every_drafter(target) -> None:
                          max_new_tokens=8, gamma=3)
     assert report.compared == 12
     assert report.mismatches == []
+
+
+def test_the_bf16_fast_mode_is_exact_too() -> None:
+    """Eager attention makes a verification forward round like one-token decoding, so greedy
+    speculative output equals greedy plain and HF greedy output in bf16 as well."""
+    fast = load_target(DEFAULT_TARGET, dtype="bfloat16")
+    report = equivalence(fast, _prompts(fast), ["none", "self:12@"], max_new_tokens=8, gamma=4)
+    assert report.execution["mode"] == "fast" and report.attention == "eager"
+    assert report.mismatches == [] and report.agreement_with_plain == 1.0

@@ -91,8 +91,10 @@ def bench_equivalence(
     drafters: str = typer.Option("none,self:6,self:12,head,self:12@", help="Comma-separated drafter specs."),
     task: str = typer.Option("prefix", help="Prompts: prefix (short in-language text), translation or story."),
     costs: bool = typer.Option(True, help="Also measure c (draft / target forward) per drafter."),
-    dtype: str = typer.Option("float32", help="float32 (the exact mode, held to token identity), bfloat16 "
-                              "(the fast mode: its agreement rate is measured, not required) or auto."),
+    dtype: str = typer.Option("float32", help="float32, bfloat16 or auto; every run is held to token identity, "
+                              "and the agreement rates are printed."),
+    attention: str = typer.Option("eager", help="Attention implementation (eager: decode and verify round "
+                                  "alike; sdpa: to measure how often its block-dependent rounding flips a token)."),
 ) -> None:
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""
     import json
@@ -101,7 +103,7 @@ def bench_equivalence(
     from babelspec.models.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
 
     try:
-        tgt = load_target(target, dtype=dtype)
+        tgt = load_target(target, dtype=dtype, attention=attention)
         prompts = benchmark_prompts(tgt.tokenizer, list(_langs(langs, DEFAULT_LANGS)),
                                     _positive("--prompts-per-lang", prompts_per_lang), task)
         specs = [d.strip() for d in drafters.split(",") if d.strip()]

@@ -266,11 +266,18 @@ def load_model(
     *,
     device: "str | torch.device | None" = None,
     dtype: "str | torch.dtype | None" = None,
+    attention: str = "eager",
 ) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
     """Load ``(model, tokenizer)`` for a preset name, a local path, a .gguf file or a hub name.
 
     The model is in eval mode on ``device`` (CUDA when present, else CPU) in ``dtype``
-    (``auto``/None: ``default_dtype``; or ``bfloat16``, ``float32``, a torch dtype).
+    (``auto``/None: ``default_dtype``; or ``bfloat16``, ``float32``, a torch dtype), with the
+    ``attention`` implementation of transformers. Eager by default: it computes every query
+    row alone, so a verification forward of k tokens gives bit for bit the logits of k
+    one-token forwards and greedy speculative output equals greedy plain output in bf16 too.
+    The CPU SDPA kernel's rounding depends on the number of query rows (differences from the
+    second layer on, flipping near-ties); ``babelspec bench equivalence --dtype bfloat16
+    --attention sdpa`` measures how often.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -279,7 +286,8 @@ def load_model(
     dtype = resolve_dtype(dtype, device)
     kind, location = resolve(spec, dtype)
     tokenizer = _from_pretrained(AutoTokenizer, spec, kind, location)
-    model = _from_pretrained(AutoModelForCausalLM, spec, kind, location, dtype=dtype)
+    model = _from_pretrained(AutoModelForCausalLM, spec, kind, location, dtype=dtype,
+                             attn_implementation=attention)
     model.to(device)
     model.eval()
     model.requires_grad_(False)
@@ -291,9 +299,10 @@ def load_target(
     *,
     device: "str | torch.device | None" = None,
     dtype: "str | torch.dtype | None" = None,
+    attention: str = "eager",
 ) -> "Target":
     """A ``babelspec.target.Target`` (the verifier) for a model spec."""
     from babelspec.target import Target
 
-    model, tokenizer = load_model(spec, device=device, dtype=dtype)
+    model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
     return Target(model, tokenizer)

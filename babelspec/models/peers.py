@@ -109,33 +109,58 @@ class EquivalenceReport:
     compared: int = 0
     mismatches: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+    execution: dict = field(default_factory=dict)  # dtype, mode (exact/fast), threads, CPU
+    attention: str = ""
+    plain_compared: int = 0  # speculative runs compared with babelspec's own plain decoding
+    plain_mismatches: int = 0
 
     @property
     def all_equal(self) -> bool:
         return self.compared > 0 and not self.mismatches
 
+    @property
+    def agreement_rate(self) -> float | None:
+        """Share of (prompt, drafter) runs token-identical to HF greedy."""
+        return 1 - len(self.mismatches) / self.compared if self.compared else None
+
+    @property
+    def agreement_with_plain(self) -> float | None:
+        """Share of speculative runs token-identical to babelspec's greedy plain decoding."""
+        return 1 - self.plain_mismatches / self.plain_compared if self.plain_compared else None
+
     def to_dict(self) -> dict:
-        return {**asdict(self), "all_equal": self.all_equal}
+        return {**asdict(self), "all_equal": self.all_equal, "agreement_rate": self.agreement_rate,
+                "agreement_with_plain": self.agreement_with_plain}
 
 
 def equivalence(target: Any, prompts: list[PromptItem], drafters: list[str], *,
                 max_new_tokens: int = 16, gamma: int = 4) -> EquivalenceReport:
-    """Greedy babelspec with each drafter spec against HF ``generate`` greedy, token for token."""
+    """Greedy babelspec with each drafter spec against HF ``generate`` greedy, token for token,
+    and each speculative run against babelspec's greedy plain decoding of the same prompt."""
     from babelspec.drafters import make_drafter
     from babelspec.engine import generate
+    from babelspec.models.machine import execution_info
 
     started = time.perf_counter()
     report = EquivalenceReport(len(prompts), sorted({p.lang for p in prompts}), drafters,
-                               max_new_tokens, gamma)
+                               max_new_tokens, gamma, execution=execution_info(target),
+                               attention=str(getattr(target.model.config, "_attn_implementation", "")))
     cache: dict[str, Any] = {}
+    specs = sorted(drafters, key=lambda s: s != "none")  # plain first, as the reference
     for item in prompts:
         reference = _hf_generate(target.model, item.ids, max_new_tokens, True, 0)
-        for spec in drafters:
+        plain = None
+        for spec in specs:
             full = drafter_spec_for(spec, item.lang)
             drafter = cache.get(full) or cache.setdefault(full, make_drafter(full, target, lang=item.lang))
             ours = generate(target, drafter, item.ids, gamma=gamma, max_new_tokens=max_new_tokens,
                             sampling=_sampling(True, 0)).token_ids
             report.compared += 1
+            if spec == "none":
+                plain = ours
+            elif plain is not None:
+                report.plain_compared += 1
+                report.plain_mismatches += ours != plain
             if ours != reference:
                 first = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b),
                              min(len(ours), len(reference)))

@@ -1,0 +1,37 @@
+"""The llama.cpp peer of `bench peers`: the default model's own GGUF, decoded from token ids."""
+
+from __future__ import annotations
+
+import pytest
+
+from babelspec.models import DEFAULT_TARGET, load_tokenizer
+from babelspec.models.llamacpp import LlamaCppUnavailable, gguf_for, open_llama_cpp
+
+pytest.importorskip("llama_cpp", reason="the llamacpp extra (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    model = open_llama_cpp(DEFAULT_TARGET, threads=1, n_ctx=256)
+    yield model
+    model.close()
+
+
+def test_greedy_continues_the_prompt_ids_deterministically(llama) -> None:
+    tok = load_tokenizer(DEFAULT_TARGET)
+    ids = tok("English: Good morning.\nFrench:")["input_ids"]
+    first = llama.generate(ids, 8, greedy=True)
+    assert len(first) == 8 and all(0 <= t < len(tok) for t in first)
+    assert llama.generate(ids, 8, greedy=True) == first  # no state carried between prompts
+    assert tok.decode(first, skip_special_tokens=True).strip()
+    assert "llama-cpp-python" in llama.description and "1 threads" in llama.description
+
+
+def test_sampling_is_seeded(llama) -> None:
+    ids = load_tokenizer(DEFAULT_TARGET)("Once upon a time")["input_ids"]
+    assert llama.generate(ids, 6, greedy=False, seed=3) == llama.generate(ids, 6, greedy=False, seed=3)
+
+
+def test_a_model_without_a_gguf_is_refused_with_a_reason(tmp_path) -> None:
+    with pytest.raises(LlamaCppUnavailable, match="has no GGUF file"):
+        gguf_for("qwen3.5-9b", tmp_path)
