@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-# Greedy speculative output equals greedy plain output token for token in float32 (the
-# exact mode); in bfloat16 (the fast mode) verification of a block and one-token decoding
-# round differently, so near-ties can flip (agreement rate: ``babelspec bench equivalence``).
+# float32 is the exact mode, bfloat16 the fast mode. With the loader's eager attention a bf16
+# verification forward rounds bit for bit like one-token decoding, so greedy speculative output
+# equals greedy plain output in both (``babelspec bench equivalence --dtype bfloat16`` prints the
+# agreement rates; ``--attention sdpa`` shows what the block-dependent SDPA kernel would lose).
 EXACT_DTYPES = ("float32", "float64")
 
 
