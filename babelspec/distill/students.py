@@ -219,7 +219,7 @@ def build_student(spec: StudentSpec, target_model: nn.Module,
         return Student(body, spec, full_vocab)
     from babelspec.distill.teacher import load_causal_lm
 
-    model = load_causal_lm(spec.path)[0]
+    model = load_causal_lm(spec.path, dtype=next(target_model.parameters()).dtype)[0]  # the teacher's
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if vocab != full_vocab:
         raise StudentSpecError(
@@ -236,7 +236,7 @@ def load_trained(state: dict[str, torch.Tensor], spec: StudentSpec, target_model
     if spec.kind == "model":
         from babelspec.distill.teacher import load_causal_lm
 
-        model = load_causal_lm(str(model_dir))[0]
+        model = load_causal_lm(str(model_dir), dtype=next(target_model.parameters()).dtype)[0]
         return Student(model, spec, int(model.get_output_embeddings().weight.shape[0]))
     kept = state.pop("kept_ids", None)
     student = build_student(spec, target_model, kept_ids=kept)
