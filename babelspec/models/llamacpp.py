@@ -7,6 +7,9 @@ exactly the ones babelspec and Hugging Face decode.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -64,14 +67,40 @@ class LlamaCppModel:
         self._stack.close()
 
 
+def smoke_test(spec: str) -> None:
+    """Prefill 8 tokens and decode 2 in a child process: a llama.cpp built for instructions this CPU (or
+    its virtual machine) does not execute dies of SIGILL, which must not take the caller along."""
+    code = ("from babelspec.models.llamacpp import _open; "
+            f"m = _open({spec!r}, 1, 64); m.generate([m.llama.token_bos()] * 8, 2); m.close()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode < 0:
+        name = signal.Signals(-proc.returncode).name
+        raise LlamaCppUnavailable(
+            f"llama.cpp died of {name} on an 8-token prompt; rebuild llama-cpp-python for this CPU, "
+            "e.g. CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=ON' pip install --force-reinstall "
+            "--no-binary llama-cpp-python llama-cpp-python")
+    if proc.returncode:
+        raise LlamaCppUnavailable(f"llama.cpp failed on {spec!r}: {proc.stderr.strip()[-300:]}")
+
+
 def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048) -> LlamaCppModel:
-    """A ``LlamaCppModel`` for a packaged preset or a .gguf path, on ``threads`` CPU threads."""
+    """A ``LlamaCppModel`` for a packaged preset or a .gguf path, on ``threads`` CPU threads,
+    after a smoke test in a child process."""
     try:
-        from llama_cpp import Llama
+        import llama_cpp  # noqa: F401
     except ImportError as err:
         raise LlamaCppUnavailable(
             "llama-cpp-python is not installed (pip install 'babelspec[llamacpp]'; it builds "
             f"from source with a C++ compiler): {err}") from None
+    with tempfile.TemporaryDirectory(prefix="babelspec-gguf-") as tmp:
+        gguf_for(spec, Path(tmp))  # a spec without a GGUF is refused before any child runs
+    smoke_test(spec)
+    return _open(spec, threads, n_ctx)
+
+
+def _open(spec: str, threads: int, n_ctx: int) -> LlamaCppModel:
+    from llama_cpp import Llama
+
     stack = ExitStack()
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="babelspec-gguf-")))
     try:
