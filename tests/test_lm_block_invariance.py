@@ -1,7 +1,8 @@
-"""Decode and verify round alike in bf16: with eager attention, one forward of k tokens gives bit
-for bit the logits of k one-token forwards, so greedy speculative output equals greedy plain
-output in the fast mode too (the model loader picks eager attention for this). In fp32 the CPU
-BLAS picks kernels by row count, so there the two agree only to ~1e-5 (near-ties may flip)."""
+"""With eager attention (the loader's default) a bf16 forward of k tokens gives bit for bit the
+logits of k one-token forwards on small models: the linear layers are row-invariant in bf16, and
+eager attention computes each query row alone. (On the real model most blocks, not all, are
+bit-identical, so bf16 remains the fast mode; in fp32 the CPU BLAS picks kernels by row count
+and the two agree to ~1e-5.)"""
 
 from __future__ import annotations
 

@@ -91,10 +91,10 @@ def bench_equivalence(
     drafters: str = typer.Option("none,self:6,self:12,head,self:12@", help="Comma-separated drafter specs."),
     task: str = typer.Option("prefix", help="Prompts: prefix (short in-language text), translation or story."),
     costs: bool = typer.Option(True, help="Also measure c (draft / target forward) per drafter."),
-    dtype: str = typer.Option("float32", help="float32, bfloat16 or auto; every run is held to token identity, "
-                              "and the agreement rates are printed."),
-    attention: str = typer.Option("eager", help="Attention implementation (eager: decode and verify round "
-                                  "alike; sdpa: to measure how often its block-dependent rounding flips a token)."),
+    dtype: str = typer.Option("float32", help="float32 (the exact mode: any mismatch fails, exit 1), bfloat16 "
+                              "(the fast mode: agreement rates measured and printed) or auto."),
+    attention: str = typer.Option("eager", help="Attention implementation (eager, the loader's default; sdpa, "
+                                  "whose rounding depends on the block size, to compare)."),
 ) -> None:
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""
     import json
@@ -115,5 +115,5 @@ def bench_equivalence(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps(report, indent=1))
-    if not report["all_equal"]:
+    if not report["all_equal"] and report["execution"]["mode"] == "exact":
         raise typer.Exit(1)
