@@ -44,9 +44,8 @@ _DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bf16 natively (AVX-512 BF16 or AMX-BF16), from its flags.
 
-    Where it does, bf16 matmuls run at about 2-3x the speed of fp32 at decode shapes on the
-    default model (``babelspec bench forward``); without these instructions bf16 is emulated
-    and slower than fp32."""
+    Without these instructions bf16 has no native matmul here and ``auto`` keeps fp32 (a
+    choice not measured on such a CPU; ``babelspec bench forward`` measures it where needed)."""
     try:
         with open(cpuinfo) as handle:
             for line in handle:
