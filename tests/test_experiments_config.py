@@ -8,9 +8,11 @@ from babelspec.experiments.config import ConfigError, config_from_dict, dump_tom
 
 
 def test_profiles_load_and_use_the_paper_settings():
+    assert load_config(profile="quick").gammas == [2, 4]
+    assert load_config(profile="full").gammas == [2, 3, 4]
+    assert load_config(profile="quick").prompts_per_cell >= 4  # 2 choose, 2 held out: an interval each
     for profile in ("quick", "full"):
         cfg = load_config(profile=profile)
-        assert cfg.gammas == [2, 3, 4]
         assert cfg.baseline
         s = cfg.sampling_config(seed=5)
         assert (s.top_k, s.top_p, s.repetition_penalty, s.repetition_window, s.seed) == (100, 0.9, 1.1, 16, 5)

@@ -64,6 +64,7 @@ def tiny_cfg(model: str, *, preset: str = "greedy", prompts: int = 2, tokens: in
     return config_from_dict({
         "name": "tiny-ray", "target": model, "languages": LANGS, "tasks": ["translation"],
         "gammas": [2], "prompts_per_cell": prompts, "max_new_tokens": tokens, "threads": 1,
+        "dtype": "float32",  # the exact mode, whatever this CPU would pick under auto
         "sampling": {"preset": preset}, "divergence": {"enabled": False},
         "drafters": [{"name": "bigram", "kind": "ngram", "order": 2},
                      {"name": "self1", "spec": "self:1"}],
