@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import sqlite3
+from pathlib import Path
 
 from babelspec.experiments.store import ExampleRecord, Store
 
@@ -93,3 +95,18 @@ def tiny_model_dir(path) -> str:
     )  # fmt: skip
     Gemma3ForCausalLM(config).save_pretrained(path)
     return str(path)
+
+
+def stored_count(db_path: Path) -> int:
+    """Records in a run's store, read-only, while another process may be writing it (0 before
+    the store or its table exists)."""
+    if not db_path.exists():
+        return 0
+    try:
+        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(db.execute("SELECT COUNT(*) FROM examples").fetchone()[0])
+        finally:
+            db.close()
+    except sqlite3.OperationalError:  # table not created yet
+        return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from babelspec.experiments.config import config_from_dict  # noqa: E402
 from babelspec.experiments.executors import ExecutorError  # noqa: E402
 from babelspec.experiments.runner import STORE_NAME, dry_run, run_experiment  # noqa: E402
 from babelspec.experiments.store import Store  # noqa: E402
-from experiments_fixtures import record, tiny_model_dir  # noqa: E402
+from experiments_fixtures import record, stored_count, tiny_model_dir  # noqa: E402
 
 LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]
@@ -91,19 +90,6 @@ def _train_sizes() -> dict[str, int]:
     return {lang: len(corpus.monolingual(lang, "train")) for lang in LANGS}
 
 
-def count(db_path) -> int:
-    if not db_path.exists():
-        return 0
-    try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
-        try:
-            return int(db.execute("SELECT COUNT(*) FROM examples").fetchone()[0])
-        finally:
-            db.close()
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
-
-
 def workers_all_gone(timeout: float = 60.0) -> bool:
     """True once the cluster's two CPUs are free again (no worker left behind by a run)."""
     deadline = time.time() + timeout
@@ -159,7 +145,7 @@ def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, model, tmp_
     thread = threading.Thread(target=drive)
     thread.start()
     deadline = time.time() + 300
-    while count(out / STORE_NAME) < 1 and thread.is_alive() and time.time() < deadline:
+    while stored_count(out / STORE_NAME) < 1 and thread.is_alive() and time.time() < deadline:
         time.sleep(0.005)
     assert thread.is_alive(), f"the run ended before a worker could be killed: {box}"
     ray.kill(ex.slots[0].actor)  # both workers are busy while units are left
@@ -190,12 +176,12 @@ def test_driver_sigkill_then_restart_completes_without_duplicates(cluster, model
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     deadline = time.time() + 300
-    while count(db_path) < 1 and proc.poll() is None and time.time() < deadline:
+    while stored_count(db_path) < 1 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.005)
     assert proc.poll() is None, "the run ended before it could be killed:\n" + proc.stdout.read().decode()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = count(db_path)
+    killed_at = stored_count(db_path)
     total = len(expected_keys(4))
     assert 0 < killed_at < total
     before = {(r["language"], r["drafter"], r["gamma"], r["prompt_index"]): r["finished_at"] for r in stored(out)}

@@ -19,7 +19,7 @@ import pytest
 
 from babelspec.experiments.config import load_config
 from babelspec.experiments.runner import run_experiment
-from experiments_fixtures import tiny_model_dir
+from experiments_fixtures import stored_count, tiny_model_dir
 
 LANGS, TASKS, PROMPTS, GAMMAS = ["yor", "amh"], ["translation", "story"], 4, [2, 3]
 DRAFTERS = ["bigram", "self1"]
@@ -57,19 +57,6 @@ def tiny_config(tmp_path_factory):
     return cfg
 
 
-def _count(db_path) -> int:
-    if not db_path.exists():
-        return 0
-    try:
-        db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=1)
-        try:
-            return int(db.execute("SELECT COUNT(*) FROM examples").fetchone()[0])
-        finally:
-            db.close()
-    except sqlite3.OperationalError:  # table not created yet
-        return 0
-
-
 def _run_cli(*args) -> subprocess.Popen:
     code = "from babelspec.cli import app; app()"
     return subprocess.Popen([sys.executable, "-c", code, "run", *args, "--no-progress",
@@ -82,12 +69,12 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
     db_path = out / "results.sqlite"
     proc = _run_cli("--config", str(tiny_config), "-o", str(out))
     deadline = time.time() + 600
-    while _count(db_path) < 6 and proc.poll() is None and time.time() < deadline:
+    while stored_count(db_path) < 6 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     assert proc.poll() is None, "the run ended before it could be killed:\n" + proc.stdout.read().decode()
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    killed_at = _count(db_path)
+    killed_at = stored_count(db_path)
     assert 0 < killed_at < TOTAL
 
     db = sqlite3.connect(db_path)
