@@ -9,23 +9,10 @@ with the same hardware and settings measure the same thing.
 
 from __future__ import annotations
 
-import platform
 import socket
-from functools import lru_cache
 from typing import Any
 
-
-@lru_cache(maxsize=1)
-def cpu_model() -> str:
-    """The CPU's marketing name (``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
+from babelspec.models.machine import cpu_model, model_dtype
 
 
 def machine_fingerprint(target: Any = None) -> dict[str, Any]:
@@ -41,7 +28,7 @@ def machine_fingerprint(target: Any = None) -> dict[str, Any]:
     model = getattr(target, "model", None)
     if model is not None:
         try:
-            dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+            dtype = str(model_dtype(model)).removeprefix("torch.")
         except StopIteration:
             pass
     return {"host": socket.gethostname(), "device": name, "dtype": dtype,

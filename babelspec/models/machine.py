@@ -6,6 +6,7 @@ Every speed figure depends on these, so benchmarks and runs record them beside t
 from __future__ import annotations
 
 import platform
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -18,15 +19,17 @@ if TYPE_CHECKING:
 EXACT_DTYPES = ("float32", "float64")
 
 
+@lru_cache(maxsize=1)
 def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
     try:
-        with open("/proc/cpuinfo") as handle:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
             for line in handle:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def precision_mode(dtype: "torch.dtype | str") -> str:
