@@ -53,3 +53,18 @@ def test_a_store_from_before_machine_fingerprints_takes_new_records(tmp_path):
         assert store.add(new)
         old, added = store.records()
     assert old.machine == {} and added.machine == new.machine
+
+
+def test_the_report_names_the_machines_generations_ran_on_not_the_drivers():
+    from babelspec.experiments.machine import describe_machines, machines_summary
+
+    worker = {"host": "w1", "device": "CPU X", "dtype": "bfloat16", "threads": 1}
+    summary = machines_summary([worker, {**worker, "host": "w2"}, {}])
+    assert [(e["threads"], e["generations"], e["hosts"]) for e in summary] == [(1, 2, ["w1", "w2"])]
+    assert describe_machines(summary) == "bfloat16 (fast mode), 1 thread per generation, CPU X on 2 hosts"
+
+    mixed = machines_summary([worker, worker, {**worker, "threads": 4}])
+    line = describe_machines(mixed)
+    assert line.startswith("2 machine kinds (speed ratios only within one): ")
+    assert "1 thread per generation, CPU X (2 generations); " in line
+    assert line.endswith("bfloat16 (fast mode), 4 threads per generation, CPU X (1 generation)")

@@ -21,6 +21,7 @@ import torch
 
 from babelspec.distill.cache import Example, TopKCache, build_cache, write_json_atomic
 from babelspec.distill.trainer import TrainConfig, TrainState, latest_checkpoint, train
+from babelspec.models.machine import dtype_name
 
 MODES = ("task", "general")
 EVAL_TASKS = ("translation", "story")
@@ -138,7 +139,7 @@ def _cache_root(config: DistillConfig) -> Path:
 def _teacher_dtype(teacher: "Teacher") -> dict[str, str]:
     """The teacher's dtype in a cache key, when not fp32 (so fp32 caches keep their keys)."""
     dtype = next(teacher.model.parameters()).dtype
-    return {} if dtype == torch.float32 else {"teacher_dtype": str(dtype).removeprefix("torch.")}
+    return {} if dtype == torch.float32 else {"teacher_dtype": dtype_name(dtype)}
 
 
 def _key(meta: dict[str, Any]) -> str:

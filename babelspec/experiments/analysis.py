@@ -12,6 +12,7 @@ from typing import Any
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments.divergence import resourcedness_correlation
+from babelspec.experiments.machine import machines_summary
 from babelspec.experiments.router import build_router
 from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_text_atomic
@@ -86,6 +87,8 @@ def analyse(store: Store) -> dict[str, Any]:
     return {
         "meta": meta,
         "n_records": len(records),
+        # What the generations ran on (the workers', under Ray), not the driver's settings.
+        "machines": machines_summary([r.machine for r in records]),
         "wall_seconds_total": agg.wall_seconds_total(records),
         "settings": [s.to_dict() for s in stats],
         "best": [s.to_dict() for s in agg.best_gamma(stats).values()],

@@ -12,7 +12,7 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-from babelspec.models.machine import cpu_model, model_dtype
+from babelspec.models.machine import cpu_model, dtype_name, model_dtype, precision_mode
 
 
 def machine_fingerprint(target: Any = None) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def machine_fingerprint(target: Any = None) -> dict[str, Any]:
     model = getattr(target, "model", None)
     if model is not None:
         try:
-            dtype = str(model_dtype(model)).removeprefix("torch.")
+            dtype = dtype_name(model_dtype(model))
         except StopIteration:
             pass
     return {"host": socket.gethostname(), "device": name, "dtype": dtype,
@@ -41,3 +41,42 @@ def machine_kind(machine: dict[str, Any] | None) -> str:
         return ""
     name = machine.get("gpu") or machine.get("device") or machine.get("cpu", "")
     return f"{name} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+
+
+def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The machine kinds a run's generations were measured on, most generations first:
+    ``{"kind", "device", "dtype", "mode", "threads", "generations", "hosts"}`` each."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for machine in machines:
+        if not machine:
+            continue
+        kind = machine_kind(machine)
+        entry = kinds.setdefault(kind, {
+            "kind": kind, "device": machine.get("gpu") or machine.get("device", ""),
+            "dtype": machine.get("dtype", ""),
+            "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
+            "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
+        entry["generations"] += 1
+        entry["hosts"].add(machine.get("host", ""))
+    out = sorted(kinds.values(), key=lambda e: -e["generations"])
+    for entry in out:
+        entry["hosts"] = sorted(entry["hosts"])
+    return out
+
+
+def describe_machines(summary: list[dict[str, Any]]) -> str:
+    """One line for a report: what the generations' speed figures were measured on."""
+
+    def one(e: dict[str, Any]) -> str:
+        hosts = len(e["hosts"])
+        where = f" on {hosts} hosts" if hosts > 1 else ""
+        threads = f"{e['threads']} thread{'' if e['threads'] == 1 else 's'}"
+        return f"{e['dtype']} ({e['mode']} mode), {threads} per generation, {e['device']}{where}"
+
+    if len(summary) == 1:
+        return one(summary[0])
+    def count(n: int) -> str:
+        return f"{n} generation{'' if n == 1 else 's'}"
+
+    parts = "; ".join(f"{one(e)} ({count(e['generations'])})" for e in summary)
+    return f"{len(summary)} machine kinds (speed ratios only within one): {parts}"

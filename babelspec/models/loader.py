@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from babelspec.fileio import sha256_file
 from babelspec.models.cache import COMPLETE_MARKER, cache_dir, cached_build
+from babelspec.models.machine import dtype_name
 from babelspec.models.presets import DEFAULT_TARGET, GGUF_LOCATORS, PRESETS, Preset, PresetError
 
 if TYPE_CHECKING:
@@ -84,10 +85,6 @@ def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device | Non
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return getattr(torch, name)
-
-
-def dtype_name(dtype: "torch.dtype") -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def convert_gguf(gguf_path: Path, out_dir: Path, *, source: str) -> None:

@@ -32,9 +32,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine() or "unknown CPU"
 
 
+def dtype_name(dtype: "torch.dtype | str") -> str:
+    """``bfloat16`` for ``torch.bfloat16`` (and for the string ``"bfloat16"``)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def precision_mode(dtype: "torch.dtype | str") -> str:
     """``exact`` (float32) or ``fast`` (bfloat16, float16)."""
-    return "exact" if str(dtype).removeprefix("torch.") in EXACT_DTYPES else "fast"
+    return "exact" if dtype_name(dtype) in EXACT_DTYPES else "fast"
 
 
 def model_dtype(model: "torch.nn.Module") -> "torch.dtype":
@@ -49,7 +54,7 @@ def execution_info(target: Any = None, dtype: "torch.dtype | None" = None) -> di
         dtype = model_dtype(target.model)
     device = getattr(target, "device", torch.device("cpu"))
     info: dict[str, Any] = {
-        "dtype": str(dtype).removeprefix("torch.") if dtype is not None else "",
+        "dtype": dtype_name(dtype) if dtype is not None else "",
         "mode": precision_mode(dtype) if dtype is not None else "",
         "threads": torch.get_num_threads(),
         "device": str(device),

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from babelspec.experiments.machine import describe_machines
 from babelspec.models.machine import describe
 from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
@@ -20,6 +21,14 @@ PAPER_MEANS = [
     ("distill (general)", "0.39 / 1.03x", "0.47 / 1.10x"),
     ("bigram", "0.24 / 1.30x", "0.30 / 1.39x"),
 ]
+
+
+def _measured_on(a: dict[str, Any], meta: dict[str, Any]) -> str:
+    """What the speed figures were measured on: the generations' machines (the workers' under
+    Ray), or the run's recorded execution settings for stores from before fingerprints."""
+    if a.get("machines"):
+        return describe_machines(a["machines"])
+    return describe(meta.get("execution", {}))
 
 
 def _f(x: Any, digits: int = 2, suffix: str = "") -> str:
@@ -83,7 +92,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         f"{', '.join(cfg.get('languages', []))}; tasks {', '.join(cfg.get('tasks', []))}; "
         f"gamma in {cfg.get('gammas')}; {cfg.get('prompts_per_cell')} prompts per cell; "
         f"at most {cfg.get('max_new_tokens')} new tokens; sampling preset "
-        f"`{cfg.get('sampling', {}).get('preset', '?')}`. Computed in {describe(meta.get('execution', {}))}."
+        f"`{cfg.get('sampling', {}).get('preset', '?')}`. Computed in {_measured_on(a, meta)}."
     ))  # fmt: skip
 
     # --- headline: per language, best setting; mean and worst as prominent ---
@@ -100,7 +109,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             f"Measured = wall-clock seconds per token of plain decoding over those of speculative "
             f"decoding, median over prompts run side by side; [low, high] = bootstrap 95% interval "
             f"over prompts (– with fewer than 2 held-out prompts); computed in "
-            f"{describe(meta.get('execution', {}))}.",
+            f"{_measured_on(a, meta)}.",
             css="callout",
         ))  # fmt: skip
         routed = [r for r in a["router"]["routes"] if r["task"] != "*"]
