@@ -50,22 +50,30 @@ def engine_overhead(steps: int = 300, gamma: int = 4, vocabs: tuple[int, ...] = 
 
 def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                   blocks: tuple[int, ...] = tuple(range(1, 10)), repeats: int = 15,
-                  context: int = 64, plain_tokens: int = 16) -> dict:
+                  context: int = 64, plain_tokens: int = 16,
+                  forwards: tuple[str, ...] = ("lean", "hf")) -> dict:  # fmt: skip
     """Decode (1 token) and verify (2-9 tokens) forwards of ``target`` through ``CausalLM``,
-    per dtype, all interleaved: every (dtype, block) once per round, order rotated per round.
+    per dtype and forward implementation (``lean``: babelspec's own where the family has one;
+    ``hf``: Hugging Face's), all interleaved: every cell once per round, order rotated per round.
 
     Also one plain ``generate`` step (the whole loop around a one-token forward), to show what
     the loop adds to the forward."""
     from babelspec.drafters import make_drafter
-    from babelspec.models import load_target
+    from babelspec.models import load_model
     from babelspec.models.machine import execution_info
+    from babelspec.target import Target
 
-    targets = {name: load_target(target, dtype=name) for name in dtypes}
+    names = [(d, f) for d in dtypes for f in forwards]
+    targets = {}
+    for dtype in dtypes:
+        model, tokenizer = load_model(target, dtype=dtype)
+        for forward in forwards:
+            targets[(dtype, forward)] = Target(model, tokenizer, forward=forward)
     prompt = list(range(1000, 1000 + context))
     for t in targets.values():
         t.prefill(prompt)
-    cells = [(name, b) for name in dtypes for b in blocks]
-    times: dict[tuple[str, int], list[float]] = {c: [] for c in cells}
+    cells = [(name, b) for name in names for b in blocks]
+    times: dict[tuple[tuple[str, str], int], list[float]] = {c: [] for c in cells}
     for round_ in range(repeats + 1):  # round 0 warms up and is dropped
         shift = round_ % len(cells)
         for name, b in cells[shift:] + cells[:shift]:
@@ -77,31 +85,46 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
             t.crop_or_replay(context)
             if round_:
                 times[(name, b)].append(elapsed)
-    step: dict[str, list[float]] = {name: [] for name in dtypes}
+    step: dict[tuple[str, str], list[float]] = {name: [] for name in names}
     for round_ in range(3):
-        for name in (dtypes if round_ % 2 == 0 else dtypes[::-1]):
+        for name in (names if round_ % 2 == 0 else names[::-1]):
             t = targets[name]
             r = generate(t, make_drafter("none", t), prompt, gamma=1, max_new_tokens=plain_tokens,
                          sampling=SamplingConfig(greedy=True))
             step[name].append((r.wall_seconds - r.prefill_seconds) / r.steps)
     out: dict = {"benchmark": "forward", "target": target, "context_tokens": context,
                  "repeats": repeats, "threads": torch.get_num_threads(), "dtypes": {}}
-    for name in dtypes:
-        med = {b: statistics.median(times[(name, b)]) for b in blocks}
+    for dtype, forward in names:
+        med = {b: statistics.median(times[((dtype, forward), b)]) for b in blocks}
         decode = med[blocks[0]]
-        t = targets[name]
+        t = targets[(dtype, forward)]
         forward_ms = statistics.median(t.forward_seconds[-plain_tokens:]) * 1e3 if t.forward_seconds else None
-        out["dtypes"][name] = {
+        # the default forward under the dtype's name, the others beside it ("bfloat16/hf")
+        key = dtype if forward == forwards[0] else f"{dtype}/{forward}"
+        out["dtypes"][key] = {
             **execution_info(t),
+            "forward": "lean" if t.lean is not None else "hf",
             "decode_ms": round(decode * 1e3, 2),
             "verify_ms": {str(b): round(med[b] * 1e3, 2) for b in blocks[1:]},
             "verify_ratio": {str(b): round(med[b] / decode, 3) for b in blocks[1:]},
-            "plain_generate_step_ms": round(statistics.median(step[name]) * 1e3, 2),
+            "plain_generate_step_ms": round(statistics.median(step[(dtype, forward)]) * 1e3, 2),
             "plain_generate_forward_ms": round(forward_ms, 2) if forward_ms else None,
         }
-    if "float32" in dtypes and "bfloat16" in dtypes:
-        f32, b16 = out["dtypes"]["float32"], out["dtypes"]["bfloat16"]
+    figures = out["dtypes"]
+    if "float32" in figures and "bfloat16" in figures:
+        f32, b16 = figures["float32"], figures["bfloat16"]
         out["bf16_speedup_decode"] = round(f32["decode_ms"] / b16["decode_ms"], 3)
         out["bf16_speedup_verify"] = {b: round(f32["verify_ms"][b] / b16["verify_ms"][b], 3)
                                       for b in b16["verify_ms"]}
+    if len(forwards) > 1:  # the default forward against each other one, per dtype
+        out["forward_speedup_decode"] = {
+            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["decode_ms"] / figures[d]["decode_ms"], 3)
+            for d in dtypes for f in forwards[1:]}  # fmt: skip
+        out["forward_speedup_plain_step"] = {
+            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["plain_generate_step_ms"]
+                                                / figures[d]["plain_generate_step_ms"], 3)
+            for d in dtypes for f in forwards[1:]}  # fmt: skip
+    if "float32/hf" in figures and "bfloat16" in figures:  # today's default against the old one
+        out["plain_step_speedup_vs_float32_hf"] = round(
+            figures["float32/hf"]["plain_generate_step_ms"] / figures["bfloat16"]["plain_generate_step_ms"], 3)
     return out

@@ -107,8 +107,10 @@ def bench_forward(
     repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
     max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
+    forwards: str = typer.Option("lean,hf", help="Forward implementations side by side: lean "
+                                 "(babelspec's, where the family has one) and hf (Hugging Face's)."),
 ) -> None:
-    """Decode and verify forward times per dtype and block size 1..max-block; prints JSON."""
+    """Decode and verify forward times per dtype, forward and block size 1..max-block; prints JSON."""
     import json
 
     import torch
@@ -124,7 +126,13 @@ def bench_forward(
         raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
     if threads:
         torch.set_num_threads(threads)
-    typer.echo(json.dumps(forward_costs(target, names, tuple(range(1, max_block + 1)), repeats), indent=1))
+    from babelspec.models.lean import FORWARDS
+
+    impls = tuple(f.strip() for f in forwards.split(",") if f.strip())
+    if not impls or any(f not in FORWARDS for f in impls) or len(set(impls)) < len(impls):
+        raise typer.BadParameter(f"--forwards takes {', '.join(FORWARDS)} (each once); got {forwards!r}")
+    blocks = tuple(range(1, max_block + 1))
+    typer.echo(json.dumps(forward_costs(target, names, blocks, repeats, forwards=impls), indent=1))
 
 
 # --- sub-command groups owned by the other packages (one line each) ---

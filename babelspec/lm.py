@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
+from babelspec.models.lean import LeanCache, lean_forward
+
 
 class ForwardTimer:
     """Per-forward wall time: CUDA events on a GPU (read lazily), perf_counter on the CPU."""
@@ -70,9 +72,13 @@ def context_window(model: torch.nn.Module) -> int | None:
 class CausalLM:
     """A causal LM with a KV cache over the tokens forwarded so far (batch size 1)."""
 
-    def __init__(self, model: torch.nn.Module, device: torch.device | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, device: torch.device | None = None,
+                 forward: str | None = None) -> None:  # fmt: skip
         self.model = model.eval()
         self.device = device or next(model.parameters()).device
+        # The lean forward where the family has one (Gemma-3: same logits, less framework);
+        # ``forward="hf"`` (or BABELSPEC_FORWARD=hf) keeps Hugging Face's.
+        self.lean = lean_forward(model, forward)
         self.vocab_size = output_vocab_size(model)
         self.max_context = context_window(model)
         self.timer = ForwardTimer(self.device)
@@ -91,7 +97,9 @@ class CausalLM:
         self.forward_tokens = []
         self.replay_seconds: list[float] = []  # rollback replays (not in forward_seconds)
 
-    def _new_cache(self) -> DynamicCache:
+    def _new_cache(self) -> DynamicCache | LeanCache:
+        if self.lean is not None:
+            return self.lean.new_cache()
         cache = DynamicCache(config=self.model.config)
         # Sliding-window layers keep their past until the next crop, so rollback stays possible.
         cache.activate_past_recording()
@@ -107,8 +115,11 @@ class CausalLM:
         ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab]."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
         self.timer.start()
-        out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
-        logits = out.logits[0].float()
+        if self.lean is not None:
+            logits = self.lean(ids, self.cache, logits_to_keep).float()
+        else:
+            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            logits = out.logits[0].float()
         self.timer.stop()
         # Sampling and the rejection test run on the CPU whatever the model's device: a few
         # rows of logits are cheap to move, and one generator then serves every device.

@@ -12,8 +12,9 @@ from babelspec.lm import CausalLM
 class Target(CausalLM):
     """The verifier: prefill the prompt, verify drafted blocks in one forward, roll back."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None):
-        super().__init__(model, device)
+    def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None,
+                 forward: str | None = None):  # fmt: skip
+        super().__init__(model, device, forward)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
 

@@ -110,7 +110,8 @@ class SelfDrafter(ModelDrafter):
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         target = self.target
         # The engine prefills the target with context[:-1] right before starting the drafter.
-        can_copy = target is not None and target.croppable
+        can_copy = (target is not None and target.croppable
+                    and type(target.cache) is type(self.lm.cache))  # both lean, or both HF  # fmt: skip
         if can_copy and len(context_ids) > 1 and target.cached_len == len(context_ids) - 1:
             self.sampling, self.generator = sampling, generator
             self.rng = _numpy_rng(generator)

@@ -79,12 +79,17 @@ class RestrictedHeadLM(torch.nn.Module):
         hidden = self.body(input_ids=input_ids, cache=cache, use_cache=use_cache).last_hidden_state
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
+        return SimpleNamespace(logits=self.logits_of(hidden), cache=cache)
+
+    def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The restricted columns' logits of the body's last hidden states (also the lean
+        forward's output head: ``babelspec.models.lean``)."""
         logits = torch.nn.functional.linear(hidden, self.base_weight)
         if self.extra_weight.shape[0]:
             logits = torch.cat([logits, torch.nn.functional.linear(hidden, self.extra_weight)], -1)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
-        return SimpleNamespace(logits=logits, cache=cache)
+        return logits
 
 
 class VocabHeadDrafter(SelfDrafter):

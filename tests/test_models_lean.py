@@ -1,0 +1,111 @@
+"""The lean Gemma-3 forward gives Hugging Face's logits: bit for bit where the key sets agree,
+through prefill, decode, verification blocks, crops and cache growth; and greedy decoding
+through it equals decoding through Hugging Face's forward, on the real default model too."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import DynamicCache
+
+from babelspec.drafters import make_drafter
+from babelspec.engine import generate
+from babelspec.lm import CausalLM
+from babelspec.models import DEFAULT_TARGET, load_target
+from babelspec.models.lean import LeanCache, lean_forward
+from babelspec.sampling import SamplingConfig
+from babelspec.target import Target
+from tiny import tiny_gemma3, tiny_qwen3
+
+# (tokens forwarded, tokens cropped after): prefill, decodes, verified blocks, rollbacks
+SCHEDULE = [(5, 0), (1, 0), (4, 2), (1, 0), (3, 1), (9, 3), (1, 0), (1, 0), (6, 5), (2, 0), (1, 0)]
+
+
+def _eager(model):
+    model.set_attn_implementation("eager")
+    return model
+
+
+def _both(model, schedule, seed: int = 0):
+    """Logits of HF's forward and of the lean one over ``schedule``, pairwise."""
+    lean = lean_forward(model)
+    assert lean is not None
+    lean.capacity = 4  # grow the buffers several times on the way
+    lean_cache = lean.new_cache()
+    hf_cache = DynamicCache(config=model.config)
+    hf_cache.activate_past_recording()
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for n, crop in schedule:
+        ids = torch.randint(0, model.config.vocab_size, (1, n), generator=g)
+        with torch.inference_mode():
+            pairs.append((model(input_ids=ids, cache=hf_cache, use_cache=True).logits[0], lean(ids, lean_cache)))
+        if crop:
+            hf_cache.crop(-crop)
+            lean_cache.crop(-crop)
+        assert lean_cache.get_seq_length() == hf_cache.get_seq_length()
+    return pairs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_lean_logits_equal_hf_bit_for_bit(dtype, seed):
+    model = _eager(tiny_gemma3(seed=seed, sliding_window=64)).to(dtype)
+    for hf, lean in _both(model, SCHEDULE, seed):
+        assert hf.dtype == lean.dtype and torch.equal(hf, lean)
+
+
+def test_lean_masks_the_sliding_window_as_hf_does():
+    """A window shorter than the context: HF keeps only the window's keys, the lean cache keeps
+    all and masks, so float32 sums differ in their last bits only."""
+    model = _eager(tiny_gemma3(seed=2, sliding_window=4))
+    for hf, lean in _both(model, SCHEDULE):
+        torch.testing.assert_close(lean, hf, rtol=1e-5, atol=1e-5)
+
+
+def test_lean_covers_eager_gemma3_only():
+    assert lean_forward(tiny_gemma3()) is None  # SDPA attention: HF's forward
+    assert lean_forward(_eager(tiny_qwen3())) is None  # another family
+    assert lean_forward(_eager(tiny_gemma3()), "hf") is None
+    with pytest.raises(ValueError, match="unknown forward 'fast'; use one of lean, hf"):
+        lean_forward(_eager(tiny_gemma3()), "fast")
+
+
+def test_a_bad_forward_setting_is_named(monkeypatch):
+    monkeypatch.setenv("BABELSPEC_FORWARD", "quick")
+    with pytest.raises(ValueError, match="BABELSPEC_FORWARD='quick' is not a forward; use one of lean, hf"):
+        CausalLM(_eager(tiny_gemma3()))
+
+
+def test_the_lean_cache_crops_only_backwards():
+    cache = lean_forward(_eager(tiny_gemma3())).new_cache()
+    with pytest.raises(ValueError, match="minus the number of tokens to remove"):
+        cache.crop(3)
+
+
+def _greedy(target, drafter_spec: str, prompt: list[int]) -> list[int]:
+    drafter = make_drafter(drafter_spec, target)
+    return generate(target, drafter, prompt, gamma=3, max_new_tokens=12,
+                    sampling=SamplingConfig(greedy=True)).token_ids  # fmt: skip
+
+
+@pytest.mark.parametrize("spec", ["none", "self:2"])
+def test_greedy_through_the_lean_forward_equals_hf_forward(spec):
+    model = _eager(tiny_gemma3(vocab=64, seed=3, layers=3, sliding_window=8))
+    lean, hf = Target(model), Target(model, forward="hf")
+    assert isinstance(lean.cache, LeanCache) and isinstance(hf.cache, DynamicCache)
+    for prompt in ([1, 5, 9, 2], [7, 7, 3, 11, 40, 2, 9]):
+        assert _greedy(lean, spec, prompt) == _greedy(hf, spec, prompt)
+
+
+@pytest.fixture(scope="module")
+def real_models():
+    return {name: load_target(DEFAULT_TARGET, dtype=name) for name in ("float32", "bfloat16")}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
+    target = real_models[dtype]
+    assert target.lean is not None and isinstance(target.cache, LeanCache)
+    for hf, lean in _both(target.model, [(40, 0), (1, 0), (5, 3), (1, 0), (9, 8), (1, 0)]):
+        assert torch.equal(hf, lean)
