@@ -154,3 +154,23 @@ def test_the_mean_speedup_interval_resamples_prompts_within_each_cell():
     mean, lo, hi = agg.mean_speedup_interval(rows, cells)
     assert mean == pytest.approx((1.35 + 1.05) / 2)
     assert 0.95 <= lo < mean < hi <= 1.75  # between the all-worst and all-best resamples
+
+
+def test_speedup_compares_decode_time_so_a_short_output_does_not_carry_the_prefill():
+    """Plain stops after 5 tokens, speculation runs 40: both decode at 10 ms per token after a
+    1 s prefill. On wall time per token plain would look 5x slower; on decode time it is 1.0x."""
+    base = record("amh", "story", "none", 0, 0, wall=1.0 + 5 * 0.01, tokens=5)
+    spec = record("amh", "story", "bigram", 4, 0, wall=1.0 + 40 * 0.01, tokens=40)
+    for r in (base, spec):
+        r.prefill_seconds = 1.0
+    (s,) = [s for s in agg.setting_stats([base, spec]) if s.drafter == "bigram"]
+    assert s.speedup == pytest.approx(1.0)
+    assert s.seconds_per_token == pytest.approx(0.01)
+
+
+def test_records_from_before_prefill_was_stored_use_their_wall_time():
+    base = record("amh", "story", "none", 0, 0, wall=2.0, tokens=10)
+    spec = record("amh", "story", "bigram", 4, 0, wall=1.0, tokens=10)
+    assert math.isnan(base.prefill_seconds) and base.decode_seconds == 2.0
+    (s,) = [s for s in agg.setting_stats([base, spec]) if s.drafter == "bigram"]
+    assert s.speedup == pytest.approx(2.0)

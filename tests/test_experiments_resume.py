@@ -90,7 +90,8 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
 
     db = sqlite3.connect(db_path)
     rows = db.execute("SELECT language, task, drafter, gamma, prompt_index, seed, finished_at, "
-                      "text, wall_seconds, n_tokens, proposed, accepted, alpha FROM examples").fetchall()  # fmt: skip
+                      "text, wall_seconds, n_tokens, proposed, accepted, alpha, prefill_seconds "
+                      "FROM examples").fetchall()  # fmt: skip
     db.close()
     keys = [tuple(r[:6]) for r in rows]
     assert len(rows) == TOTAL and len(set(keys)) == TOTAL  # nothing lost, nothing duplicated
@@ -101,8 +102,9 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
                 for d, g in [("none", 0)] + [(d, g) for d in DRAFTERS for g in GAMMAS]}  # fmt: skip
     assert set(keys) == expected
     for r in rows:
-        n_tokens, proposed, accepted, alpha = r[9:]
+        n_tokens, proposed, accepted, alpha, prefill = r[9:]
         assert 1 <= n_tokens <= 6 and 0 <= accepted <= proposed
+        assert 0.0 < prefill < r[8]  # the speedups compare the decode time after it
         assert alpha is None if proposed == 0 else 0.0 <= alpha <= 1.0  # NULL: nothing judged
         if r[2] == "none":
             assert proposed == 0

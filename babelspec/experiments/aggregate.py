@@ -2,8 +2,10 @@
 
 Speedups are measured, not modelled: each speculative example is paired with the plain
 decoding of the same prompt and seed (run next to it), and the speedup is the median over
-pairs of (plain seconds per token) / (speculative seconds per token). Per token, because
-sampled outputs differ in length. A pair, and every other ratio of times, is only formed
+pairs of (plain decode seconds per token) / (speculative decode seconds per token). Per token,
+because sampled outputs differ in length; decode seconds (wall time after the prompt's prefill,
+``ExampleRecord.decode_seconds``), because the prefill is the same for both and spread over
+outputs of different lengths it would bias the ratio. A pair, and every other ratio of times, is only formed
 within one machine kind (``machine.machine_kind``: device, dtype, threads). Each cell's speedup carries a bootstrap 95% interval over
 prompts (``bootstrap_medians``). The theoretical factor f (``babelspec.speedup``) uses the
 cell's pooled a = sum matched / sum (matched + rejections) and measured c.
@@ -70,8 +72,8 @@ class SettingStats:
     n_pairs: int = 0
     n_prompts: int = 0  # prompts behind the pairs
     n_pairs_loop_free: int = 0
-    seconds_per_token: float = math.nan  # median wall seconds per generated token
-    seconds_per_char: float = math.nan  # median wall seconds per generated character
+    seconds_per_token: float = math.nan  # median decode seconds (after the prefill) per generated token
+    seconds_per_char: float = math.nan  # median decode seconds per generated character
     tokens_per_char: float = math.nan
     in_language_rate: float = math.nan
     loop_rate: float = math.nan
@@ -128,9 +130,9 @@ def _acceptance_by_output_position(records: list[ExampleRecord]) -> list[float]:
 
 
 def _ratio(rec: ExampleRecord, base: ExampleRecord) -> float | None:
-    if rec.n_tokens <= 0 or base.n_tokens <= 0 or rec.wall_seconds <= 0:
+    if rec.n_tokens <= 0 or base.n_tokens <= 0 or rec.decode_seconds <= 0:
         return None
-    return (base.wall_seconds / base.n_tokens) / (rec.wall_seconds / rec.n_tokens)
+    return (base.decode_seconds / base.n_tokens) / (rec.decode_seconds / rec.n_tokens)
 
 
 def bootstrap_medians(by_prompt: dict[int, list[float]], n_boot: int = N_BOOTSTRAP,
@@ -233,8 +235,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
         else:
             s.speedup = s.speedup_low = s.speedup_high = 1.0
             s.speedup_loop_free = 1.0
-        s.seconds_per_token = _median([r.wall_seconds / r.n_tokens for r in rows if r.n_tokens])
-        s.seconds_per_char = _median([r.wall_seconds / r.n_chars for r in rows if r.n_chars])
+        s.seconds_per_token = _median([r.decode_seconds / r.n_tokens for r in rows if r.n_tokens])
+        s.seconds_per_char = _median([r.decode_seconds / r.n_chars for r in rows if r.n_chars])
         tpc = [r.n_tokens / r.n_chars for r in rows if r.n_chars]
         s.tokens_per_char = _median(tpc)
         checked = [r for r in rows if r.in_language is not None]

@@ -48,7 +48,8 @@ class ExampleRecord:
     proposed_per_step: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
-    wall_seconds: float = 0.0
+    wall_seconds: float = 0.0  # the whole generation: the prompt's prefill and decoding
+    prefill_seconds: float = math.nan  # the target's prefill and the drafter's start (NULL before it was stored)
     draft_forward_seconds: list[float] = field(default_factory=list)
     target_forward_seconds: list[float] = field(default_factory=list)
     c: float = math.nan  # mean draft forward / mean target forward of this generation
@@ -67,6 +68,17 @@ class ExampleRecord:
     machine: dict[str, Any] = field(default_factory=dict)  # machine.machine_fingerprint()
     started_at: float = 0.0  # unix seconds
     finished_at: float = 0.0
+
+    @property
+    def decode_seconds(self) -> float:
+        """Wall time after the prefill: what speculation can speed up. Plain and speculative
+        decoding of a prompt prefill the same tokens, but their outputs differ in length under
+        sampling, so prefill spread over the tokens would bias every per-token ratio (a 7-token
+        output carries its whole prompt's prefill). Stores from before prefill was recorded
+        fall back to the wall time."""
+        if math.isfinite(self.prefill_seconds) and 0.0 <= self.prefill_seconds <= self.wall_seconds:
+            return self.wall_seconds - self.prefill_seconds
+        return self.wall_seconds
 
     @property
     def key(self) -> Key:

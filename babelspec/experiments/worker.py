@@ -236,7 +236,7 @@ def make_record(it: WorkItem, result, check, prompt: Prompt, specs: dict[tuple[s
         steps=result.steps, accepted_per_step=list(result.accepted_per_step),
         proposed_per_step=list(result.proposed_per_step),
         draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
-        wall_seconds=result.wall_seconds,
+        wall_seconds=result.wall_seconds, prefill_seconds=result.prefill_seconds,
         draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
         target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
         c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,
@@ -272,7 +272,8 @@ def prepare_one(cfg: ExperimentConfig, target, job: PrepareJob,
 
 
 def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
-    """Seconds per token of plain decoding on this machine (the dry run's cost estimate)."""
+    """Seconds per token of a plain generation of ``max_new_tokens`` on this machine, its
+    prefill included (the dry run's cost estimate)."""
     from babelspec.drafters import make_drafter
     from babelspec.engine import generate
 
@@ -282,4 +283,6 @@ def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
     sampling = cfg.sampling_config(0)
     generate(target, plain, prompt.ids, gamma=1, max_new_tokens=2, sampling=sampling)  # warm-up
     result = generate(target, plain, prompt.ids, gamma=1, max_new_tokens=n, sampling=sampling)
-    return result.wall_seconds / max(1, result.n_tokens)
+    # a generation at max_new_tokens: one prefill, then that many decode steps
+    decode = (result.wall_seconds - result.prefill_seconds) / max(1, result.n_tokens)
+    return decode + result.prefill_seconds / max(1, cfg.max_new_tokens)

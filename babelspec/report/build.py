@@ -88,7 +88,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     target = meta.get("target", {}).get("spec", cfg.get("target", "?"))
     blocks.append(Paragraph(
         f"Target `{target}`; {a['n_records']} generations, "
-        f"{_f(a['wall_seconds_total'] / 60, 1)} min of decoding; languages "
+        f"{_f(a['wall_seconds_total'] / 60, 1)} min of generation (prefill and decoding); languages "
         f"{', '.join(cfg.get('languages', []))}; tasks {', '.join(cfg.get('tasks', []))}; "
         f"gamma in {cfg.get('gammas')}; {cfg.get('prompts_per_cell')} prompts per cell; "
         f"at most {cfg.get('max_new_tokens')} new tokens; sampling preset "
@@ -106,8 +106,9 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             f"{_ci(h['worst_low'], h['worst_high'])} with {h['worst_drafter']}.** Each language's "
             f"setting is chosen on the even-numbered prompts and measured on the odd-numbered ones "
             f"(held out), so the number is not the maximum of noisy medians it was chosen by. "
-            f"Measured = wall-clock seconds per token of plain decoding over those of speculative "
-            f"decoding, median over prompts run side by side; [low, high] = bootstrap 95% interval "
+            f"Measured = wall-clock decode seconds per token (after the prompt's prefill, the "
+            f"same for both) of plain decoding over those of speculative decoding, median over "
+            f"prompts run side by side; [low, high] = bootstrap 95% interval "
             f"over prompts (– with fewer than 2 held-out prompts); computed in "
             f"{_measured_on(a, meta)}.",
             css="callout",
