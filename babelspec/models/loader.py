@@ -60,10 +60,11 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def default_dtype(device: "torch.device") -> "torch.dtype":
     """bf16 where the hardware computes in it natively (CUDA with bf16 support, a CPU with
-    AVX-512 BF16 or AMX), fp32 elsewhere. ``babelspec bench forward`` measures it: on this
-    project's 2-core Xeon (1 thread, load ~9) a bf16 verification of 2-9 tokens cost 0.93-1.17
-    one-token decode steps against 1.03-2.53 in fp32, and was 1.6-2.5x faster than fp32 for
-    4-9 tokens (decode itself: equal within the noise of that load)."""
+    AVX-512 BF16 or AMX), fp32 elsewhere. ``babelspec bench forward`` measures it. On this
+    project's idle 2-core Xeon (2 threads, lean forward) a one-token decode is a little faster
+    in fp32 (58.7 ms against 64.3), but a verification of 4-9 tokens costs 95.7-153 ms in fp32
+    and 66-74 ms in bf16 (1.4-2.3x faster): auto takes bf16 because speculation verifies blocks,
+    and its verification then costs 0.98-1.16 decode steps for any block up to 9 tokens."""
     import torch
 
     if device.type == "cuda":
