@@ -109,3 +109,18 @@ def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
     assert target.lean is not None and isinstance(target.cache, LeanCache)
     for hf, lean in _both(target.model, [(40, 0), (1, 0), (5, 3), (1, 0), (9, 8), (1, 0)]):
         assert torch.equal(hf, lean)
+
+
+def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():
+    from babelspec.models.lean import Linear
+
+    model = _eager(tiny_gemma3(seed=4)).to(torch.bfloat16)
+    first, second = lean_forward(model), lean_forward(model)
+    if first.layers[0].q.packed is None:
+        pytest.skip("this torch build has no oneDNN: bf16 weights stay unpacked")
+    assert first.layers[0].q.packed is second.layers[0].q.packed  # a drafter shares the target's
+    weight = (torch.randn(48, 32) * 0.1).bfloat16()
+    for shape in [(1, 32), (5, 32), (1, 7, 32)]:
+        x = torch.randn(*shape).bfloat16()
+        assert torch.equal(Linear(weight)(x), torch.nn.functional.linear(x, weight))
+    assert Linear(weight.float()).packed is None  # float32 (the exact mode) keeps F.linear
