@@ -33,8 +33,9 @@ from experiments_fixtures import record, stored_count, tiny_model_dir  # noqa: E
 LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]
 # Everything about a generation that does not depend on where or when it ran.
-TIMING = {"draft_seconds", "target_seconds", "wall_seconds", "draft_forward_seconds",
-          "target_forward_seconds", "c", "started_at", "finished_at", "machine", "versions"}  # fmt: skip
+TIMING = {"draft_seconds", "target_seconds", "wall_seconds", "prefill_seconds",
+          "draft_forward_seconds", "target_forward_seconds", "c", "started_at", "finished_at",
+          "machine", "versions"}  # fmt: skip
 
 
 def quiet(msg: str) -> None: ...
