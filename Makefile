@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
 .PHONY: demo test install clean
 
@@ -14,19 +15,29 @@ $(BIN)/python:
 # torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
 # The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk; the
 # serve extra (starlette, uvicorn, prometheus-client) is `babelspec serve`, tested with openai;
-# the ray extra lets it run the grid on a local Ray cluster. The llamacpp extra (the llama.cpp
-# peer of bench peers) is not installed here: it builds from source (5 to 60 minutes on 2 cores)
-# and its native build dies of SIGILL on this machine's CPU; `pip install -e '.[llamacpp]'`.
+# the ray extra lets it run the grid on a local Ray cluster.
 $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,serve,ray]'
 	touch $(STAMP)
+
+# The llamacpp extra (the llama.cpp peer of bench peers), for the suite to test its adapter; not
+# needed by the demo. llama-cpp-python builds from source (about 12 minutes on 2 cores). Its
+# default native build died of SIGILL on first use on this project's CPU (which reports AMX); a
+# portable AVX2 build runs. LLAMA_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=ON' is faster
+# where AVX-512 is supported. No wheel cache: pip keys it by version, not by these flags, and a
+# cached native build is exactly the one that dies.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		--no-cache-dir -e '.[llamacpp]'
+	touch $(LLAMA_STAMP)
 
 # The quick profile of the study on the embedded default, then its report (resumes if stopped).
 demo: $(STAMP)
 	$(BIN)/babelspec run --profile quick -o runs/demo
 	$(BIN)/babelspec report runs/demo
 
-test: $(STAMP)
+test: $(LLAMA_STAMP)
 	$(BIN)/python -m pytest -q
 
 clean:
