@@ -110,3 +110,19 @@ def stored_count(db_path: Path) -> int:
             db.close()
     except sqlite3.OperationalError:  # table not created yet
         return 0
+
+
+def sigkill_after(proc, db_path: Path, records: int, timeout: float) -> int:
+    """SIGKILL the run ``proc`` once its store holds ``records`` records (it must still be
+    running then); the number of records stored when it died."""
+    import os
+    import signal
+    import time
+
+    deadline = time.time() + timeout
+    while stored_count(db_path) < records and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run ended before it could be killed:\n" + proc.stdout.read().decode()
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return stored_count(db_path)

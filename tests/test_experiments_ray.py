@@ -7,7 +7,6 @@ stops it at the end; the runs use a tiny random Gemma-3 saved as a local model d
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from babelspec.experiments.config import config_from_dict  # noqa: E402
 from babelspec.experiments.executors import ExecutorError  # noqa: E402
 from babelspec.experiments.runner import STORE_NAME, dry_run, run_experiment  # noqa: E402
 from babelspec.experiments.store import Store  # noqa: E402
-from experiments_fixtures import record, stored_count, tiny_model_dir  # noqa: E402
+from experiments_fixtures import record, sigkill_after, stored_count, tiny_model_dir  # noqa: E402
 
 LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]
@@ -176,13 +175,7 @@ def test_driver_sigkill_then_restart_completes_without_duplicates(cluster, model
          "-o", str(out), "--ray", cluster, "--ray-workers", "2", "--no-progress", "--no-install-router"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    deadline = time.time() + 300
-    while stored_count(db_path) < 1 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.005)
-    assert proc.poll() is None, "the run ended before it could be killed:\n" + proc.stdout.read().decode()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = stored_count(db_path)
+    killed_at = sigkill_after(proc, db_path, records=1, timeout=300)
     total = len(expected_keys(4))
     assert 0 < killed_at < total
     before = {(r["language"], r["drafter"], r["gamma"], r["prompt_index"]): r["finished_at"] for r in stored(out)}

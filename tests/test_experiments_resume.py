@@ -7,19 +7,16 @@ Gemma-3 saved as a local model directory.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
 from babelspec.experiments.config import load_config
 from babelspec.experiments.runner import run_experiment
-from experiments_fixtures import stored_count, tiny_model_dir
+from experiments_fixtures import sigkill_after, tiny_model_dir
 
 LANGS, TASKS, PROMPTS, GAMMAS = ["yor", "amh"], ["translation", "story"], 4, [2, 3]
 DRAFTERS = ["bigram", "self1"]
@@ -68,13 +65,7 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
     out = tmp_path / "run"
     db_path = out / "results.sqlite"
     proc = _run_cli("--config", str(tiny_config), "-o", str(out))
-    deadline = time.time() + 600
-    while stored_count(db_path) < 6 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed:\n" + proc.stdout.read().decode()
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    killed_at = stored_count(db_path)
+    killed_at = sigkill_after(proc, db_path, records=6, timeout=600)
     assert 0 < killed_at < TOTAL
 
     db = sqlite3.connect(db_path)
