@@ -39,8 +39,12 @@ def machine_kind(machine: dict[str, Any] | None) -> str:
     """The part of a fingerprint that determines speed: device, dtype, threads ("" if unknown)."""
     if not machine:
         return ""
-    name = machine.get("gpu") or machine.get("device") or machine.get("cpu", "")
-    return f"{name} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+    return f"{_device(machine)} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+
+
+def _device(machine: dict[str, Any]) -> str:
+    """The GPU's name, else the CPU model (older fingerprints: the ``cpu`` field)."""
+    return machine.get("gpu") or machine.get("device") or machine.get("cpu", "")
 
 
 def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,7 +56,7 @@ def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         kind = machine_kind(machine)
         entry = kinds.setdefault(kind, {
-            "kind": kind, "device": machine.get("gpu") or machine.get("device", ""),
+            "kind": kind, "device": _device(machine),
             "dtype": machine.get("dtype", ""),
             "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
             "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
@@ -75,6 +79,7 @@ def describe_machines(summary: list[dict[str, Any]]) -> str:
 
     if len(summary) == 1:
         return one(summary[0])
+
     def count(n: int) -> str:
         return f"{n} generation{'' if n == 1 else 's'}"
 
