@@ -48,6 +48,8 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     ({"sampling": {"preset": "wild"}}, "preset must be"),
     ({"checks": {"loop_n": 3}}, r"\[checks\].*unknown key"),
     ({"drafters": ["self:6", "self:6"]}, "two drafter settings are named"),
+    ({"drafters": [{"kind": "ngram", "distil": "genral"}]}, "distil must be .*got 'genral'"),
+    ({"drafters": [{"kind": "ngram", "distil": []}]}, "distil must be"),
 ])
 def test_bad_configs_name_the_problem(data, message):
     with pytest.raises(ConfigError, match=message):

@@ -64,3 +64,43 @@ def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path, monkey
     # rerunning a finished run trains nothing again and generates nothing
     again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
     assert again.generated == 0 and again.done_before == 8
+
+
+def test_distilled_ngram_setting_is_prepared_once(tmp_path):
+    from babelspec.ngram import NgramModel
+
+    tiny_model_dir(tmp_path / "model")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(textwrap.dedent("""
+        name = "prep-ngram"
+        target = "model"
+        languages = ["yor"]
+        tasks = ["story"]
+        gammas = [2]
+        prompts_per_cell = 1
+        max_new_tokens = 4
+
+        [divergence]
+        enabled = false
+
+        [[drafters]]
+        name = "bigram-distilled"
+        kind = "ngram"
+        distil = ["general", "task"]
+        trained_on = "story"
+        distil_tokens = 64
+        distil_prompts = 2
+        distil_max_new_tokens = 4
+        threshold = 0.1
+    """))
+    out = tmp_path / "run"
+    summary = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
+    spec = summary.specs[("bigram-distilled", "yor")]
+    assert spec.startswith("ngram:") and spec.endswith(",threshold=0.1")  # drafting options stay in the spec
+    model = NgramModel.load(spec.removeprefix("ngram:").split(",")[0])
+    assert model.training["general_positions"] == 64 and model.training["task_positions"] > 0
+    assert model.training["sampling"]["top_p"] == 0.9  # the run's (paper) sampling settings
+    assert summary.generated == 2 and not summary.skipped  # plain + distilled bigram
+
+    again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
+    assert again.generated == 0 and again.specs[("bigram-distilled", "yor")] == spec

@@ -26,9 +26,9 @@ def _prompts(target, langs=("amh", "npi", "yor")) -> list[PromptItem]:
 
 
 def test_greedy_matches_hf_generate_for_every_drafter(target) -> None:
-    report = equivalence(target, _prompts(target), ["none", "self:9", "head", "self:12@"],
+    report = equivalence(target, _prompts(target), ["none", "self:9", "head", "self:12@", "bigram@"],
                          max_new_tokens=8, gamma=3)
-    assert report.compared == 12
+    assert report.compared == 15
     assert report.mismatches == []
 
 

@@ -61,3 +61,22 @@ def test_bench_prints_json_with_the_goal_fields():
     for key in ("train_tokens_per_s", "propose_us_per_token", "file_bytes", "peak_rss_bytes", "goals"):
         assert key in out
     assert out["file_bytes"] <= 2 * out["raw_triples_bytes"] and out["train_tokens"] == 200000
+
+
+def test_distil_writes_a_drafter_of_the_targets_distributions(tmp_path):
+    from experiments_fixtures import tiny_model_dir
+
+    model_dir = tiny_model_dir(tmp_path / "model")
+    out = tmp_path / "d.ngram"
+    res = runner.invoke(app, ["ngram", "distil", "--corpus", "yor", "--target", model_dir, "--tokens", "40",
+                              "--task", "story", "--prompts", "1", "--max-new-tokens", "3", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    model = NgramModel.load(out)
+    assert model.training["general_positions"] == 40 and model.training["task_positions"] >= 1
+    stats = runner.invoke(app, ["ngram", "stats", str(out)])
+    assert stats.exit_code == 0 and "distilled  40 corpus" in stats.output
+
+    bad = runner.invoke(app, ["ngram", "distil", "--corpus", "yor", "--target", model_dir, "--task", "poetry",
+                              "-o", str(tmp_path / "x.ngram")])
+    assert bad.exit_code == 2 and "--task takes translation or story" in bad.output
+    assert not (tmp_path / "x.ngram").exists()

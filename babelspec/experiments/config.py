@@ -226,6 +226,15 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
     name = str(raw.get("name") or spec or kind)
     if name == "none":
         raise ConfigError(f"{where}: the name 'none' is reserved for plain decoding")
+    if kind == "ngram" and "distil" in options:
+        modes = options["distil"]
+        modes = [modes] if isinstance(modes, str) else modes
+        if not isinstance(modes, list) or not modes or any(m not in ("general", "task") for m in modes):
+            raise ConfigError(
+                f"{where}: distil must be \"general\", \"task\" or [\"general\", \"task\"] "
+                f"(the target's distributions over train text, or over its answers to train prompts); "
+                f"got {options['distil']!r}"
+            )
     default_trained = options.get("mode", "task") if kind == "distilled" else ""
     trained_on = str(raw.get("trained_on", default_trained))
     if trained_on == "task":

@@ -33,6 +33,7 @@ class PrepareRequest:
     artifacts: Path  # folder for this kind's files
     log: Callable[[str], None] = print
     data: Any = None  # the run's DataSection (config.py); None = the bundled dataset
+    sampling: Any = None  # the run's SamplingConfig (distilled n-grams learn its warped q)
 
     def corpus_sources(self) -> tuple:
         """The monolingual sources this setting trains on: the ``[data]`` section's, or the
@@ -53,6 +54,9 @@ class PrepareRequest:
         sources = [str(s) for s in self.corpus_sources()]
         if sources != ["bundled@train"]:
             fields["corpus"] = sources
+        if "distil" in self.setting.options:  # the target's own distributions: its dtype and warping
+            fields["sampling"] = self.sampling.to_dict() if self.sampling is not None else None
+            fields["dtype"] = str(next(self.target.model.parameters()).dtype)
         key = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         return self.artifacts / f"{self.setting.name}-{self.language}-{digest}{suffix}"
@@ -107,31 +111,86 @@ def _monolingual_train(req: PrepareRequest) -> list[str]:
     return list(dict.fromkeys(texts))
 
 
-# Options of a kind = "ngram" setting: counting (``CountConfig``) or drafting (the spec's
-# ``,name=value`` options, ``NgramDraftConfig``); ``corpus`` picks the text (see corpus_sources).
+# Options of a kind = "ngram" setting: counting (``CountConfig``), distillation (``distil`` and
+# the ``DISTIL_OPTIONS``), or drafting (the spec's ``,name=value`` options, ``NgramDraftConfig``);
+# ``corpus`` picks the text (see corpus_sources).
 _NGRAM_COUNT_OPTIONS = ("order", "min_count", "max_continuations")
+DISTIL_MODES = ("general", "task")
+# distil_tokens: general-mode positions; distil_prompts / distil_max_new_tokens: task mode;
+# distil_top_k, distil_corpus_weight: see babelspec.ngram.distill.DistillConfig.
+DISTIL_OPTIONS = ("distil_tokens", "distil_prompts", "distil_max_new_tokens", "distil_top_k",
+                  "distil_corpus_weight")
 
 
 @register_preparer("ngram")
 def _prepare_ngram(req: PrepareRequest) -> str:
-    """Count an n-gram file on the language's monolingual train split with the target's tokenizer."""
+    """Count an n-gram file on the language's monolingual train split with the target's
+    tokenizer, or, with ``distil``, on the target's own next-token distributions."""
     ngram = _require("babelspec.ngram", "the n-gram drafter")
     options = dict(req.setting.options)
     options.pop("corpus", None)
     count = {k: options.pop(k) for k in list(options) if k in _NGRAM_COUNT_OPTIONS}
+    distil = {k: options.pop(k) for k in list(options) if k == "distil" or k in DISTIL_OPTIONS}
     suffix = "".join(f",{k}={v}" for k, v in sorted(options.items()))
     path = req.artifact_path(".ngram")
     if not path.is_file():
         texts = _monolingual_train(req)
-        try:
-            config = ngram.CountConfig(**count)
-        except (TypeError, ValueError) as exc:
-            raise DrafterUnavailable(f"bad n-gram options {count}: {exc}") from exc
-        req.log(f"counting {req.setting.name} for {req.language} on {len(texts)} texts")
-        model = ngram.train(texts, req.target.tokenizer, config,
-                            corpus_name=f"{req.language}:" + "+".join(str(s) for s in req.corpus_sources()))  # fmt: skip
+        if distil:
+            model = _distil_ngram(req, texts, count, distil)
+        else:
+            try:
+                config = ngram.CountConfig(**count)
+            except (TypeError, ValueError) as exc:
+                raise DrafterUnavailable(f"bad n-gram options {count}: {exc}") from exc
+            req.log(f"counting {req.setting.name} for {req.language} on {len(texts)} texts")
+            model = ngram.train(texts, req.target.tokenizer, config,
+                                corpus_name=f"{req.language}:" + "+".join(str(s) for s in req.corpus_sources()))  # fmt: skip
         model.save(path)
     return f"ngram:{path}{suffix}"
+
+
+def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], options: dict[str, Any]) -> Any:
+    """A distilled n-gram (``babelspec.ngram.distill``): ``distil = "general"``, ``"task"`` or
+    ``["general", "task"]``; task mode answers the train prompts of the setting's
+    ``trained_on`` task (translation when it names none)."""
+    distill = _require("babelspec.ngram.distill", "the distilled n-gram drafter")
+    from babelspec.sampling import SamplingConfig
+
+    modes = options.pop("distil")
+    modes = [modes] if isinstance(modes, str) else list(modes)
+    bad = [m for m in modes if m not in DISTIL_MODES]
+    if bad or not modes:
+        raise DrafterUnavailable(f"distil must be {' or '.join(map(repr, DISTIL_MODES))} or a list of them, got {modes!r}")
+    if set(count) - {"order"}:
+        raise DrafterUnavailable(f"a distilled n-gram takes order but not {', '.join(sorted(set(count) - {'order'}))}")
+    prompts = int(options.pop("distil_prompts", 16))
+    max_new = int(options.pop("distil_max_new_tokens", 48))
+    try:
+        config = distill.DistillConfig(
+            order=int(count.get("order", 2)), max_tokens=int(options.pop("distil_tokens", 8192)),
+            top_k=int(options.pop("distil_top_k", 20)),
+            corpus_weight=float(options.pop("distil_corpus_weight", 0.0)))  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise DrafterUnavailable(f"bad distilled n-gram options: {exc}") from exc
+    sampling = req.sampling if req.sampling is not None else SamplingConfig.paper()
+    tok = req.target.tokenizer
+    monolingual = tok(texts, add_special_tokens=True).input_ids if "general" in modes or config.corpus_weight else []
+    if "general" not in modes:
+        config = distill.DistillConfig(**{**config.to_dict(), "max_tokens": 0})
+    responses = []
+    if "task" in modes:
+        from babelspec.data.tasks import get_task
+
+        task = req.setting.trained_on if req.setting.trained_on in ("translation", "story") else "translation"
+        items = get_task(task).prompts(req.language, tok, prompts, split="train")
+        if not items:
+            raise DrafterUnavailable(f"no {task} train prompts for {req.language} to distil on")
+        req.log(f"distilling {req.setting.name} for {req.language}: {len(items)} {task} train responses")
+        responses = distill.task_responses(req.target, items, sampling, max_new)
+    req.log(f"distilling {req.setting.name} for {req.language}: " + " + ".join(modes))
+    return distill.distil(req.target, sampling=sampling, config=config, monolingual=monolingual,
+                          responses=responses, log=req.log,
+                          training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
 
 
 @register_preparer("distilled")

@@ -265,7 +265,7 @@ def prepare_one(cfg: ExperimentConfig, target, job: PrepareJob,
     t0 = time.perf_counter()
     try:
         req = PrepareRequest(job.setting, job.language, cfg.target, target, job.artifacts, log=log,
-                             data=cfg.data)  # fmt: skip
+                             data=cfg.data, sampling=cfg.sampling_config(0))  # fmt: skip
         return prepare(req), "", time.perf_counter() - t0
     except DrafterUnavailable as exc:
         return "", str(exc), time.perf_counter() - t0

@@ -32,7 +32,7 @@ def bench_peers(
     gamma: int = typer.Option(3, help="Tokens drafted per step for the babelspec drafters."),
     repeats: int = typer.Option(1, help="Rounds over all prompts (medians over all runs)."),
     drafters: str = typer.Option("", help="Comma-separated drafter specs (default: self:6, self:12, head, self:12@; "
-                                           "'head' and 'self:K@' take each prompt's language)."),
+                                           "'head', 'self:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
     task: str = typer.Option("translation", help="Prompts: translation, story or prefix (short in-language text)."),

@@ -33,13 +33,44 @@ def default_drafters(n_layers: int) -> list[str]:
     return [f"self:{half}", f"self:{two_thirds}", "head", f"self:{two_thirds}@"]
 
 
+# Per-language n-grams built for the benchmark: the paper's bigram on the bundled train split,
+# and the bigram distilled from the target's distributions over it (babelspec.ngram.distill).
+LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@")
+
+
 def drafter_spec_for(spec: str, lang: str) -> str:
-    """Fill the language into specs that take it from the context (``head``, ``self:K@``)."""
+    """Fill the language into specs that take it from the context (``head``, ``self:K@``,
+    ``bigram@``, ``distilled-bigram@``)."""
     if spec == "head":
         return f"head:{lang}"
-    if spec.startswith("self:") and spec.endswith("@"):
+    if (spec.startswith("self:") and spec.endswith("@")) or spec in LANGUAGE_NGRAMS:
         return spec + lang
     return spec
+
+
+def _build_drafter(spec: str, full: str, target: Any, lang: str) -> Any:
+    from babelspec.drafters import make_drafter
+
+    return language_ngram(full, target) if spec in LANGUAGE_NGRAMS else make_drafter(full, target, lang=lang)
+
+
+def language_ngram(spec: str, target: Any) -> Any:
+    """The drafter of a filled ``bigram@LANG`` / ``distilled-bigram@LANG`` spec, built in memory."""
+    from babelspec.data.corpus import monolingual
+    from babelspec.drafters.ngram import NgramDrafter
+    from babelspec.ngram import CountConfig, train
+    from babelspec.ngram.distill import distil
+
+    kind, _, lang = spec.partition("@")
+    texts = monolingual(lang, "train")
+    tok = target.tokenizer
+    if kind == "bigram":
+        model = train(texts, tok, CountConfig(order=2))
+    else:  # distilled for the sampled runs' warping (greedy runs draft its top continuation)
+        model = distil(target, sampling=_sampling(False, 0), monolingual=tok(list(texts)).input_ids)
+    drafter = NgramDrafter(model, vocab_size=target.vocab_size)
+    drafter.name = spec
+    return drafter
 
 
 @dataclass
@@ -137,7 +168,6 @@ def equivalence(target: Any, prompts: list[PromptItem], drafters: list[str], *,
                 max_new_tokens: int = 16, gamma: int = 4) -> EquivalenceReport:
     """Greedy babelspec with each drafter spec against HF ``generate`` greedy, token for token,
     and each speculative run against babelspec's greedy plain decoding of the same prompt."""
-    from babelspec.drafters import make_drafter
     from babelspec.engine import generate
     from babelspec.models.machine import execution_info
 
@@ -152,7 +182,7 @@ def equivalence(target: Any, prompts: list[PromptItem], drafters: list[str], *,
         plain = None
         for spec in specs:
             full = drafter_spec_for(spec, item.lang)
-            drafter = cache.get(full) or cache.setdefault(full, make_drafter(full, target, lang=item.lang))
+            drafter = cache.get(full) or cache.setdefault(full, _build_drafter(spec, full, target, item.lang))
             ours = generate(target, drafter, item.ids, gamma=gamma, max_new_tokens=max_new_tokens,
                             sampling=_sampling(True, 0)).token_ids
             report.compared += 1
@@ -296,7 +326,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         for spec in specs:
             full = drafter_spec_for(spec, item.lang)
             if full not in drafters:
-                drafters[full] = make_drafter(full, target, lang=item.lang)
+                drafters[full] = _build_drafter(spec, full, target, item.lang)
     assistant = None
     methods = ["hf-plain", "hf-prompt-lookup"]
     if cfg.assistant:

@@ -1,8 +1,9 @@
 """N-gram drafting models: vectorised counting (``counting``), the file format (``model``),
+counting the target's own distributions (``distill``),
 corpus tokenisation and the tokenizer fingerprint (``corpus``), the CLI (``cli``) and the
 benchmark (``bench``). The drafter that walks a model is ``babelspec.drafters.ngram``."""
 
-from babelspec.ngram.counting import CountConfig, count_ngrams
+from babelspec.ngram.counting import CountConfig, count_ngrams, count_weighted
 from babelspec.ngram.model import NgramFileError, NgramModel, NgramTable, TokenizerMismatchError
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "NgramTable",
     "TokenizerMismatchError",
     "count_ngrams",
+    "count_weighted",
     "train",
 ]
 

@@ -1,4 +1,4 @@
-"""``babelspec ngram train|stats`` and ``babelspec bench ngram``."""
+"""``babelspec ngram train|distil|stats`` and ``babelspec bench ngram``."""
 
 from __future__ import annotations
 
@@ -79,6 +79,71 @@ def train_command(
     )
 
 
+@ngram_app.command("distil")
+def distil_command(
+    corpus: str = typer.Option(
+        ..., "--corpus", help="Language code of the bundled data (e.g. amh), FORMAT:PATH, or a text file."
+    ),
+    target: str = typer.Option("gemma-3-270m", "--target", help="The target whose distributions are counted."),
+    tokens: int = typer.Option(8192, help="Positions of the corpus scored teacher-forced (general mode; 0 = none)."),
+    task: str = typer.Option("", help="Also answer this task's train prompts (translation or story) and count "
+                                      "the target's distributions on its own responses (task mode)."),
+    lang: str = typer.Option("", help="Language of the task prompts (default: --corpus when it is a language code)."),
+    prompts: int = typer.Option(16, help="Task-mode train prompts."),
+    max_new_tokens: int = typer.Option(48, help="Task-mode response length."),
+    top_k: int = typer.Option(20, help="The target's most likely tokens kept per position."),
+    corpus_weight: float = typer.Option(0.0, help="Also count the corpus itself, at this weight per occurrence "
+                                                  "(in positions of soft counts)."),
+    greedy: bool = typer.Option(False, "--greedy", help="Distil for greedy decoding (default: the paper's sampling)."),
+    dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
+    output: Path = typer.Option(..., "--output", "-o", help="The n-gram file to write."),
+) -> None:
+    """Count a bigram on the target's own next-token distributions (a distilled n-gram drafter)."""
+    from babelspec.ngram.corpus import corpus_texts
+    from babelspec.ngram.distill import DistillConfig, distil, task_responses
+    from babelspec.sampling import SamplingConfig
+
+    if task not in ("", "translation", "story"):
+        raise typer.BadParameter(f"--task takes translation or story, got {task!r}", param_hint="--task")
+    try:
+        config = DistillConfig(max_tokens=tokens, top_k=top_k, corpus_weight=corpus_weight)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    try:
+        texts, name = corpus_texts(corpus, "train")
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--corpus") from None
+    from babelspec.models import load_target
+
+    try:
+        tgt = load_target(target, dtype=dtype)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--target") from None
+    sampling = SamplingConfig(greedy=True) if greedy else SamplingConfig.paper()
+    tok = tgt.tokenizer
+    mono = tok(list(texts), add_special_tokens=True).input_ids if tokens or corpus_weight else []
+    responses = []
+    if task:
+        from babelspec.data.tasks import get_task
+
+        try:
+            items = get_task(task).prompts(lang or corpus, tok, prompts, split="train")
+        except ValueError as err:
+            raise typer.BadParameter(f"{err} (task prompts need a language: --lang)", param_hint="--lang") from None
+        typer.echo(f"answering {len(items)} {task} train prompts", err=True)
+        responses = task_responses(tgt, items, sampling, max_new_tokens)
+    try:
+        model = distil(tgt, sampling=sampling, config=config, monolingual=mono, responses=responses,
+                       training={"corpus": f"{name}:distilled", "target": target},
+                       log=lambda m: typer.echo(m, err=True))  # fmt: skip
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    size = model.save(output)
+    t = model.training
+    typer.echo(f"{output}: order {model.order}, {t['general_positions']:,} corpus and {t['task_positions']:,} "
+               f"response positions of {target}, {model.base:,} distinct tokens, {_human_bytes(size)}")
+
+
 @ngram_app.command("stats")
 def stats_command(
     path: Path = typer.Argument(..., help="An n-gram file."),
@@ -102,6 +167,9 @@ def stats_command(
         f"  corpus     {tr.get('corpus')}: {tr.get('tokens', 0):,} tokens, {tr.get('texts', tr.get('documents', 0)):,} texts, "
         f"{model.base:,} distinct tokens"
     )
+    if "distilled" in tr:
+        typer.echo(f"  distilled  {tr.get('general_positions', 0):,} corpus and {tr.get('task_positions', 0):,} response "
+                   f"positions, top-{tr['distilled'].get('top_k')} soft counts")
     typer.echo(f"  pruning    min_count={tr.get('min_count')}, max_continuations={tr.get('max_continuations')}")
     for t in stats["tables"]:
         typer.echo(

@@ -176,3 +176,63 @@ def count_ngrams(
     return NgramModel(
         order=config.order, vocab_map=vocab_map, tables=tables, tokenizer=dict(tokenizer or {}), training=meta
     )
+
+
+def count_weighted(
+    contexts: np.ndarray,
+    next_tokens: np.ndarray,
+    weights: np.ndarray,
+    config: CountConfig = CountConfig(),
+    *,
+    tokenizer: dict[str, Any] | None = None,
+    training: dict[str, Any] | None = None,
+) -> NgramModel:
+    """An n-gram model from weighted observations instead of running text.
+
+    Observation i says that ``next_tokens[i]`` followed the ``config.order - 1`` token ids
+    ``contexts[i]`` (oldest first; −1 where the text had not started), ``weights[i]`` times.
+    Weights are non-negative integers: soft counts, e.g. a teacher's next-token probabilities
+    scaled to integers (``babelspec.ngram.distill``). Equal (context, next) pairs add up; a
+    shorter context k takes the last k columns, so every order's table sums the same weights.
+    """
+    n_ctx = config.order - 1
+    contexts = np.asarray(contexts, dtype=np.int64).reshape(-1, n_ctx) if n_ctx else \
+        np.zeros((len(next_tokens), 0), dtype=np.int64)  # fmt: skip
+    next_tokens = np.asarray(next_tokens, dtype=np.int64)
+    weights = np.asarray(weights)
+    if not (contexts.shape[0] == next_tokens.shape[0] == weights.shape[0]) or next_tokens.ndim != 1:
+        raise ValueError(
+            f"contexts [{contexts.shape[0]}, {n_ctx}], next_tokens {next_tokens.shape} and weights "
+            f"{weights.shape} must describe the same observations"
+        )
+    if weights.size and (weights.dtype.kind not in "iu" or int(weights.min()) < 0):
+        raise ValueError("weights must be non-negative integers (scale probabilities before counting)")
+    if next_tokens.size and int(next_tokens.min()) < 0:
+        raise ValueError("next token ids must be >= 0")
+    keep = weights > 0
+    contexts, next_tokens, weights = contexts[keep], next_tokens[keep], weights[keep].astype(np.int64)
+    seen = np.concatenate([next_tokens, contexts[contexts >= 0]])
+    vocab_map = np.unique(seen).astype(np.uint32)
+    base = int(vocab_map.size)
+    bits = max(1, (base - 1).bit_length())
+    if bits * config.order >= 64:
+        raise ValueError(f"order {config.order} is too high for {base} distinct tokens; use order <= {63 // bits}")
+    dense_next = np.searchsorted(vocab_map, next_tokens).astype(np.uint64)
+    dense_ctx = np.where(contexts >= 0, np.searchsorted(vocab_map, contexts), -1)
+    tables: list[NgramTable] = []
+    for k in range(config.order):
+        cols = dense_ctx[:, n_ctx - k :]
+        valid = (cols >= 0).all(axis=1)
+        code = np.zeros(int(valid.sum()), dtype=np.uint64)
+        for j in range(k):
+            code = (code << np.uint64(bits)) | cols[valid, j].astype(np.uint64)
+        code = (code << np.uint64(bits)) | dense_next[valid]
+        codes, inverse = np.unique(code, return_inverse=True)
+        counts = np.bincount(inverse, weights=weights[valid], minlength=codes.size).astype(np.int64)
+        mask = np.uint64((1 << bits) - 1)
+        tables.append(_build_table(k, codes >> np.uint64(bits), codes & mask, counts, config))
+    meta = dict(training or {})
+    meta.update({"observations": int(next_tokens.size), "weight": int(weights.sum()),
+                 "distinct_tokens": base, **config.to_dict()})
+    return NgramModel(order=config.order, vocab_map=vocab_map, tables=tables,
+                      tokenizer=dict(tokenizer or {}), training=meta)

@@ -315,6 +315,13 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "construction, so quality does not depend on the drafter); GPU timings; batch sizes above 1; "
         "the paper's Qwen3.5 / Llama models (no weights offline).",
     ]
+    distilled = [d["name"] for d in cfg.get("drafters", []) if "distil" in (d.get("options") or {})]
+    if distilled:
+        caveats.append(
+            f"Distilled n-grams ({', '.join(distilled)}) are counted on the target's own top-20 "
+            "next-token distributions (teacher-forced over the language's train text, and over the "
+            "target's answers to the task's train prompts where the setting says task), not on the "
+            "language's text: they follow what this target writes, in the language or not.")
     kinds = {d.get("kind") or d.get("spec", "").partition(":")[0] for d in cfg.get("drafters", [])}
     missing = [label for kind, label in (("ngram", "n-gram drafters"),
                ("distilled", "distilled drafters (task and general KD; the cross-task matrix "
