@@ -92,6 +92,12 @@ def test_distilled_ngram_setting_is_prepared_once(tmp_path):
         distil_prompts = 2
         distil_max_new_tokens = 4
         threshold = 0.1
+
+        [[drafters]]
+        name = "bigram-nothing"
+        kind = "ngram"
+        distil = "general"
+        distil_tokens = 0
     """))
     out = tmp_path / "run"
     summary = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
@@ -100,7 +106,9 @@ def test_distilled_ngram_setting_is_prepared_once(tmp_path):
     model = NgramModel.load(spec.removeprefix("ngram:").split(",")[0])
     assert model.training["general_positions"] == 64 and model.training["task_positions"] > 0
     assert model.training["sampling"]["top_p"] == 0.9  # the run's (paper) sampling settings
-    assert summary.generated == 2 and not summary.skipped  # plain + distilled bigram
+    assert summary.generated == 2  # plain + distilled bigram
+    [(drafter, lang, reason)] = summary.skipped  # nothing to score: skipped with the reason
+    assert (drafter, lang) == ("bigram-nothing", "yor") and "no text to distil" in reason
 
     again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
     assert again.generated == 0 and again.specs[("bigram-distilled", "yor")] == spec

@@ -188,9 +188,12 @@ def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], 
         req.log(f"distilling {req.setting.name} for {req.language}: {len(items)} {task} train responses")
         responses = distill.task_responses(req.target, items, sampling, max_new)
     req.log(f"distilling {req.setting.name} for {req.language}: " + " + ".join(modes))
-    return distill.distil(req.target, sampling=sampling, config=config, monolingual=monolingual,
-                          responses=responses, log=req.log,
-                          training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
+    try:
+        return distill.distil(req.target, sampling=sampling, config=config, monolingual=monolingual,
+                              responses=responses, log=req.log,
+                              training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
+    except ValueError as exc:  # nothing to score (no text, empty responses)
+        raise DrafterUnavailable(f"distilling the n-gram failed: {exc}") from exc
 
 
 @register_preparer("distilled")
