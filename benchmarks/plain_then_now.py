@@ -1,7 +1,8 @@
 """Plain decoding tokens/s now against a checkout of an earlier commit, side by side.
 
-    git worktree add /tmp/before 80d2052   # the float32 path before --dtype and the lean forward
-    .venv/bin/python benchmarks/plain_then_now.py --before /tmp/before -o benchmarks/results/plain_then_now.json
+    git worktree add runs/before 80d2052   # the float32 path before --dtype and the lean forward
+    .venv/bin/python benchmarks/plain_then_now.py --before runs/before -o benchmarks/results/plain_then_now.json
+    git worktree remove runs/before
 
 Each round starts one child process per variant, in an order rotated per round: the ``--before``
 tree in its default dtype, and this tree in float32 and in its default (``auto``). A child loads
@@ -71,7 +72,8 @@ def main() -> None:
             print(r, name, json.dumps(result), file=sys.stderr, flush=True)
     summary = {
         "prompts": prompts, "tokens_per_prompt": args.tokens, "rounds": args.rounds,
-        "before": str(args.before),
+        "before": subprocess.run(["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True).stdout.strip() or args.before.name,
         "variants": {name: {"dtype": rs[0]["dtype"], "threads": rs[0]["threads"],
                             "tokens_per_s": round(statistics.median(x["tokens_per_s"] for x in rs), 2)}
                      for name, rs in runs.items()},
