@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--train-prompts", type=int, default=16, help="task-mode train prompts per cell")
     ap.add_argument("--test-prompts", type=int, default=6, help="held-out test prompts per cell")
     ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--corpus-weight", type=float, default=0.0,
+                    help="corpus counts per occurrence beside the soft counts (DistillConfig.corpus_weight)")
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("-o", "--output", type=Path, default=Path("runs/ngram_distill.json"))
     args = ap.parse_args()
@@ -60,7 +62,8 @@ def main() -> None:
         texts = monolingual(lang, "train")
         mono = tok(list(texts), add_special_tokens=True).input_ids
         t0 = time.perf_counter()
-        general = distil(target, sampling=sampling, config=DistillConfig(max_tokens=args.tokens), monolingual=mono)
+        general_config = DistillConfig(max_tokens=args.tokens, corpus_weight=args.corpus_weight)
+        general = distil(target, sampling=sampling, config=general_config, monolingual=mono)
         general_s = time.perf_counter() - t0
         corpus = train(texts, tok, CountConfig(order=2))
         for task in args.tasks.split(","):
@@ -69,8 +72,8 @@ def main() -> None:
             train_pairs = task_responses(target, prompts, replace(sampling, seed=1000), args.max_new_tokens)
             task_only = distil(target, sampling=sampling, config=DistillConfig(max_tokens=0), responses=train_pairs)
             task_s = time.perf_counter() - t0
-            both = distil(target, sampling=sampling, config=DistillConfig(max_tokens=args.tokens),
-                          monolingual=mono, responses=train_pairs)
+            both = distil(target, sampling=sampling, config=general_config, monolingual=mono,
+                          responses=train_pairs)
             models = {"corpus": corpus, "general": general, "task": task_only, "general+task": both}
             test = task_responses(target, get_task(task).prompts(lang, tok, args.test_prompts, split="test"),
                                   sampling, args.max_new_tokens)

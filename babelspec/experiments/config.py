@@ -187,6 +187,11 @@ def resolve_language(name: str) -> str:
         raise ConfigError(str(exc)) from None
 
 
+# What a distilled n-gram (kind = "ngram" with distil) learns from: the target's distributions
+# over train text, and over its answers to a task's train prompts (babelspec.ngram.distill).
+DISTIL_MODES = ("general", "task")
+
+
 def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
     where = f"[[drafters]] #{index + 1}"
     if isinstance(raw, str):  # shorthand: drafters = ["self:6", ...]
@@ -229,7 +234,7 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
     if kind == "ngram" and "distil" in options:
         modes = options["distil"]
         modes = [modes] if isinstance(modes, str) else modes
-        if not isinstance(modes, list) or not modes or any(m not in ("general", "task") for m in modes):
+        if not isinstance(modes, list) or not modes or any(m not in DISTIL_MODES for m in modes):
             raise ConfigError(
                 f"{where}: distil must be \"general\", \"task\" or [\"general\", \"task\"] "
                 f"(the target's distributions over train text, or over its answers to train prompts); "

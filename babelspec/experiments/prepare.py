@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from babelspec.experiments.config import DrafterSetting
+from babelspec.experiments.config import DISTIL_MODES, DrafterSetting
 
 
 class DrafterUnavailable(RuntimeError):
@@ -115,7 +115,6 @@ def _monolingual_train(req: PrepareRequest) -> list[str]:
 # the ``DISTIL_OPTIONS``), or drafting (the spec's ``,name=value`` options, ``NgramDraftConfig``);
 # ``corpus`` picks the text (see corpus_sources).
 _NGRAM_COUNT_OPTIONS = ("order", "min_count", "max_continuations")
-DISTIL_MODES = ("general", "task")
 # distil_tokens: general-mode positions; distil_prompts / distil_max_new_tokens: task mode;
 # distil_top_k, distil_corpus_weight: see babelspec.ngram.distill.DistillConfig.
 DISTIL_OPTIONS = ("distil_tokens", "distil_prompts", "distil_max_new_tokens", "distil_top_k",
@@ -165,34 +164,24 @@ def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], 
         raise DrafterUnavailable(f"a distilled n-gram takes order but not {', '.join(sorted(set(count) - {'order'}))}")
     prompts = int(options.pop("distil_prompts", 16))
     max_new = int(options.pop("distil_max_new_tokens", 48))
+    tokens = int(options.pop("distil_tokens", 8192))
     try:
         config = distill.DistillConfig(
-            order=int(count.get("order", 2)), max_tokens=int(options.pop("distil_tokens", 8192)),
+            order=int(count.get("order", 2)), max_tokens=tokens if "general" in modes else 0,
             top_k=int(options.pop("distil_top_k", 20)),
             corpus_weight=float(options.pop("distil_corpus_weight", 0.0)))  # fmt: skip
     except (TypeError, ValueError) as exc:
         raise DrafterUnavailable(f"bad distilled n-gram options: {exc}") from exc
     sampling = req.sampling if req.sampling is not None else SamplingConfig.paper()
-    tok = req.target.tokenizer
-    monolingual = tok(texts, add_special_tokens=True).input_ids if "general" in modes or config.corpus_weight else []
-    if "general" not in modes:
-        config = distill.DistillConfig(**{**config.to_dict(), "max_tokens": 0})
-    responses = []
+    task = ""
     if "task" in modes:
-        from babelspec.data.tasks import get_task
-
         task = req.setting.trained_on if req.setting.trained_on in ("translation", "story") else "translation"
-        items = get_task(task).prompts(req.language, tok, prompts, split="train")
-        if not items:
-            raise DrafterUnavailable(f"no {task} train prompts for {req.language} to distil on")
-        req.log(f"distilling {req.setting.name} for {req.language}: {len(items)} {task} train responses")
-        responses = distill.task_responses(req.target, items, sampling, max_new)
     req.log(f"distilling {req.setting.name} for {req.language}: " + " + ".join(modes))
     try:
-        return distill.distil(req.target, sampling=sampling, config=config, monolingual=monolingual,
-                              responses=responses, log=req.log,
-                              training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
-    except ValueError as exc:  # nothing to score (no text, empty responses)
+        return distill.distil_texts(req.target, texts, sampling=sampling, config=config, task=task,
+                                    lang=req.language, prompts=prompts, max_new_tokens=max_new, log=req.log,
+                                    training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
+    except ValueError as exc:  # nothing to score (no text, no prompts, empty responses)
         raise DrafterUnavailable(f"distilling the n-gram failed: {exc}") from exc
 
 

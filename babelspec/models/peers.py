@@ -59,15 +59,14 @@ def language_ngram(spec: str, target: Any) -> Any:
     from babelspec.data.corpus import monolingual
     from babelspec.drafters.ngram import NgramDrafter
     from babelspec.ngram import CountConfig, train
-    from babelspec.ngram.distill import distil
+    from babelspec.ngram.distill import distil_texts
 
     kind, _, lang = spec.partition("@")
     texts = monolingual(lang, "train")
-    tok = target.tokenizer
     if kind == "bigram":
-        model = train(texts, tok, CountConfig(order=2))
+        model = train(texts, target.tokenizer, CountConfig(order=2))
     else:  # distilled for the sampled runs' warping (greedy runs draft its top continuation)
-        model = distil(target, sampling=_sampling(False, 0), monolingual=tok(list(texts)).input_ids)
+        model = distil_texts(target, texts, sampling=_sampling(False, 0))
     drafter = NgramDrafter(model, vocab_size=target.vocab_size)
     drafter.name = spec
     return drafter

@@ -100,7 +100,7 @@ def distil_command(
 ) -> None:
     """Count a bigram on the target's own next-token distributions (a distilled n-gram drafter)."""
     from babelspec.ngram.corpus import corpus_texts
-    from babelspec.ngram.distill import DistillConfig, distil, task_responses
+    from babelspec.ngram.distill import DistillConfig, distil_texts
     from babelspec.sampling import SamplingConfig
 
     if task not in ("", "translation", "story"):
@@ -120,23 +120,12 @@ def distil_command(
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--target") from None
     sampling = SamplingConfig(greedy=True) if greedy else SamplingConfig.paper()
-    tok = tgt.tokenizer
-    mono = tok(list(texts), add_special_tokens=True).input_ids if tokens or corpus_weight else []
-    responses = []
-    if task:
-        from babelspec.data.tasks import get_task
-
-        try:
-            items = get_task(task).prompts(lang or corpus, tok, prompts, split="train")
-        except ValueError as err:
-            raise typer.BadParameter(f"{err} (task prompts need a language: --lang)", param_hint="--lang") from None
-        typer.echo(f"answering {len(items)} {task} train prompts", err=True)
-        responses = task_responses(tgt, items, sampling, max_new_tokens)
     try:
-        model = distil(tgt, sampling=sampling, config=config, monolingual=mono, responses=responses,
-                       training={"corpus": f"{name}:distilled", "target": target},
-                       log=lambda m: typer.echo(m, err=True))  # fmt: skip
-    except ValueError as err:
+        model = distil_texts(tgt, texts, sampling=sampling, config=config, task=task, lang=lang or corpus,
+                             prompts=prompts, max_new_tokens=max_new_tokens,
+                             training={"corpus": f"{name}:distilled", "target": target},
+                             log=lambda m: typer.echo(m, err=True))  # fmt: skip
+    except ValueError as err:  # an unknown task language, nothing to score
         raise typer.BadParameter(str(err)) from None
     size = model.save(output)
     t = model.training

@@ -45,7 +45,9 @@ class DistillConfig:
     scale: int = 1000  # integer counts one position's probabilities add up to
     chunk: int = 256  # tokens scored per teacher-forced forward (general mode)
     max_tokens: int = 8192  # general mode: positions scored from the monolingual text
-    corpus_weight: float = 0.1  # counts per corpus occurrence, in positions (0: the target only)
+    # counts per corpus occurrence, in positions (0: the target only; 0.1 and 1 measured worse
+    # than 0 in most cells, see benchmarks/ngram_distill.py's results)
+    corpus_weight: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("order", "top_k", "scale", "chunk"):
@@ -124,8 +126,7 @@ def score(model: torch.nn.Module, ids: Sequence[int], start: int, sampling: Samp
 
 
 def general(model: torch.nn.Module, texts: Iterable[Sequence[int]], sampling: SamplingConfig,
-            config: DistillConfig, out: Observations,
-            progress: Callable[[int], None] | None = None) -> None:  # fmt: skip
+            config: DistillConfig, out: Observations) -> None:
     """Score ``config.max_tokens`` positions of tokenised monolingual texts, ``config.chunk`` at
     a time (each chunk after the first token of its text sees the ``order - 1`` tokens before)."""
     budget = config.max_tokens
@@ -138,8 +139,6 @@ def general(model: torch.nn.Module, texts: Iterable[Sequence[int]], sampling: Sa
             lead = max(0, begin - (config.order - 1))
             score(model, ids[lead:end], begin - lead, sampling, config, out)
             budget -= end - begin
-            if progress is not None:
-                progress(end - begin)
 
 
 def distil(target: Any, *, sampling: SamplingConfig, config: DistillConfig = DistillConfig(),
@@ -161,8 +160,9 @@ def distil(target: Any, *, sampling: SamplingConfig, config: DistillConfig = Dis
     if log is not None:
         log(f"scored {general_positions} monolingual and {out.positions - general_positions} response positions")
     weight = int(round(config.corpus_weight * config.scale))
-    for ids in monolingual if weight else ():
-        out.add_text(ids, weight)
+    if weight:
+        for ids in monolingual:
+            out.add_text(ids, weight)
     meta = {**(training or {}), "distilled": config.to_dict(), "sampling": sampling.to_dict(),
             "general_positions": general_positions, "task_positions": out.positions - general_positions}
     return out.model(CountConfig(order=config.order), tokenizer_fingerprint(target.tokenizer), meta)
@@ -191,3 +191,27 @@ def task_responses(target: Any, prompts: Sequence[Any], sampling: SamplingConfig
         if response:
             pairs.append((list(ids) + list(response), len(ids)))
     return pairs
+
+
+def distil_texts(target: Any, texts: Iterable[str], *, sampling: SamplingConfig,
+                 config: DistillConfig = DistillConfig(), task: str = "", lang: str = "",
+                 prompts: int = 16, max_new_tokens: int = 48, training: dict[str, Any] | None = None,
+                 log: Callable[[str], None] | None = None) -> NgramModel:  # fmt: skip
+    """``distil`` from raw monolingual ``texts`` (general mode: ``config.max_tokens`` positions)
+    and, with ``task``, from the target's answers to that task's train prompts for ``lang``
+    (task mode). ValueError when there is nothing to score."""
+    tok = target.tokenizer
+    monolingual = tok(list(texts), add_special_tokens=True).input_ids \
+        if config.max_tokens or config.corpus_weight else []  # fmt: skip
+    responses: list[tuple[list[int], int]] = []
+    if task:
+        from babelspec.data.tasks import get_task
+
+        items = get_task(task).prompts(lang, tok, prompts, split="train")
+        if not items:
+            raise ValueError(f"no {task} train prompts for {lang!r} to distil on")
+        if log is not None:
+            log(f"answering {len(items)} {task} train prompts")
+        responses = task_responses(target, items, sampling, max_new_tokens)
+    return distil(target, sampling=sampling, config=config, monolingual=monolingual,
+                  responses=responses, training=training, log=log)
