@@ -48,6 +48,22 @@ def engine_overhead(steps: int = 300, gamma: int = 4, vocabs: tuple[int, ...] = 
     return figures
 
 
+def weights_read_ms(model: torch.nn.Module, repeats: int = 7) -> tuple[float, float]:
+    """(MB of the model's weights, median ms to read every byte of them once): the floor of a
+    decode step, which streams all of them from memory, on this machine. Each weight is summed
+    as float32 words (whatever its dtype, the bytes reinterpreted), a read at about the memory
+    bandwidth, where a bf16 sum would be bound by its conversions."""
+    weights = list({p.data_ptr(): p.detach() for p in model.parameters()}.values())
+    words = [w.reshape(-1).view(torch.float32) for w in weights if w.is_contiguous() and w.nbytes % 4 == 0]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        for w in words:
+            w.sum()
+        times.append(time.perf_counter() - t0)
+    return sum(w.nbytes for w in words) / 1e6, statistics.median(times[1:]) * 1e3
+
+
 def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                   blocks: tuple[int, ...] = tuple(range(1, 10)), repeats: int = 15,
                   context: int = 64, plain_tokens: int = 16,
@@ -65,8 +81,10 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
 
     names = [(d, f) for d in dtypes for f in forwards]
     targets = {}
+    floors = {}
     for dtype in dtypes:
         model, tokenizer = load_model(target, dtype=dtype)
+        floors[dtype] = weights_read_ms(model)
         for forward in forwards:
             targets[(dtype, forward)] = Target(model, tokenizer, forward=forward)
     prompt = list(range(1000, 1000 + context))
@@ -109,6 +127,8 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
             "verify_ratio": {str(b): round(med[b] / decode, 3) for b in blocks[1:]},
             "plain_generate_step_ms": round(statistics.median(step[(dtype, forward)]) * 1e3, 2),
             "plain_generate_forward_ms": round(forward_ms, 2) if forward_ms else None,
+            "weights_mb": round(floors[dtype][0], 1),
+            "weights_read_ms": round(floors[dtype][1], 2),  # the decode floor: every weight read once
         }
     figures = out["dtypes"]
     if "float32" in figures and "bfloat16" in figures:

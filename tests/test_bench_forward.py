@@ -21,6 +21,8 @@ def test_forward_bench_puts_lean_and_hf_side_by_side():
     assert lean["dtype"] == hf["dtype"] == "bfloat16" and lean["mode"] == "fast"
     assert set(lean["verify_ms"]) == {"2"} and lean["decode_ms"] > 0 and hf["plain_generate_step_ms"] > 0
     assert set(out["forward_speedup_decode"]) == {"bfloat16: lean vs hf"}
+    # the decode floor: the default model's bf16 weights (tied output head counted once)
+    assert 500 < lean["weights_mb"] < 560 and lean["weights_read_ms"] > 0
 
 
 def test_forward_bench_refuses_unknown_forwards_and_dtypes():

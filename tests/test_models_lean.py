@@ -116,11 +116,27 @@ def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():
 
     model = _eager(tiny_gemma3(seed=4)).to(torch.bfloat16)
     first, second = lean_forward(model), lean_forward(model)
-    if first.layers[0].q.packed is None:
+    if first.layers[0].qkv.packed is None:
         pytest.skip("this torch build has no oneDNN: bf16 weights stay unpacked")
-    assert first.layers[0].q.packed is second.layers[0].q.packed  # a drafter shares the target's
+    assert first.layers[0].qkv.packed is second.layers[0].qkv.packed  # a drafter shares the target's
     weight = (torch.randn(48, 32) * 0.1).bfloat16()
     for shape in [(1, 32), (5, 32), (1, 7, 32)]:
         x = torch.randn(*shape).bfloat16()
         assert torch.equal(Linear(weight)(x), torch.nn.functional.linear(x, weight))
     assert Linear(weight.float()).packed is None  # float32 (the exact mode) keeps F.linear
+
+
+def test_bf16_projections_stacked_into_one_product_keep_each_products_bits():
+    from babelspec.models.lean import Linears
+
+    weights = [(torch.randn(n, 32) * 0.1).bfloat16() for n in (48, 16, 16)]  # q, k, v
+    stacked = Linears(weights)
+    if not stacked.fused:
+        pytest.skip("this torch build has no oneDNN: bf16 weights stay unpacked")
+    for shape in [(1, 32), (5, 32), (1, 7, 32)]:
+        x = torch.randn(*shape).bfloat16()
+        outs = stacked(x)
+        assert [o.shape[-1] for o in outs] == [48, 16, 16]
+        assert all(torch.equal(o, torch.nn.functional.linear(x, w)) for o, w in zip(outs, weights))
+    assert not Linears(weights, fuse=False).fused  # Hugging Face's structure, on request
+    assert not Linears([w.float() for w in weights]).fused  # float32: MKL rounds by shape

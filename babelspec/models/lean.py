@@ -41,9 +41,10 @@ def _gemma3_body(body: Any) -> bool:
             and config.hidden_activation in ("gelu_pytorch_tanh", "gelu"))  # fmt: skip
 
 
-def lean_forward(model: torch.nn.Module, forward: str | None = None) -> "LeanGemma3 | None":
+def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True) -> "LeanGemma3 | None":
     """The lean forward of ``model`` (a Gemma-3 text LM, or a restricted-head drafter over one),
-    or None where Hugging Face's forward is used: other families, or ``forward="hf"``."""
+    or None where Hugging Face's forward is used: other families, or ``forward="hf"``.
+    ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``)."""
     forward = forward or default_forward()
     if forward not in FORWARDS:
         raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
@@ -67,7 +68,7 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None) -> "LeanGem
                 logits = torch.tanh(logits / softcap) * softcap
             return logits
 
-    return LeanGemma3(body, logits_of)
+    return LeanGemma3(body, logits_of, fuse=fuse)
 
 
 class LeanLayerCache:
@@ -123,16 +124,18 @@ def _can_pack(weight: torch.Tensor) -> bool:
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
 
 
-# One packed copy per weight while any lean forward uses it (a self-drafter shares the target's
-# layers and output head): keyed by storage, shape and version, dropped with its last user.
+# One packed copy per weight (or stack of weights) while any lean forward uses it (a self-drafter
+# shares the target's layers and output head): keyed by the weights' storage, shape and version,
+# dropped with its last user, which holds the weights themselves (so no key outlives them).
 _PACKED: "weakref.WeakValueDictionary[tuple, torch.Tensor]" = weakref.WeakValueDictionary()
 
 
-def _packed(weight: torch.Tensor) -> torch.Tensor:
-    key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, weight._version)
+def _packed(weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    key = tuple((w.data_ptr(), tuple(w.shape), w.dtype, w._version) for w in weights)
     packed = _PACKED.get(key)
     if packed is None:
-        packed = _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        stacked = weights[0] if len(weights) == 1 else torch.cat(weights)
+        packed = _PACKED[key] = torch.ops.mkldnn._reorder_linear_weight(stacked.detach(), None)
     return packed
 
 
@@ -144,7 +147,7 @@ class Linear:
 
     def __init__(self, weight: torch.Tensor, pack: bool = True) -> None:
         self.weight = weight
-        self.packed = _packed(weight) if pack and _can_pack(weight) else None
+        self.packed = _packed((weight,)) if pack and _can_pack(weight) else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
@@ -152,14 +155,38 @@ class Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
+class Linears:
+    """``[x @ w.T for w in weights]`` for projections of one input (q, k, v; gate, up). Packed
+    bf16 weights are stacked into one oneDNN product, split after: the same bits as separate
+    products (oneDNN sums each output over the input alone; held on the real model by
+    ``tests/test_models_lean.py``) in one pass over the input instead of two or three
+    (``benchmarks/lean_fusion.py``). Unpacked (float32) weights stay separate products: MKL's
+    float32 kernels depend on the output width, so a stacked product would round differently."""
+
+    __slots__ = ("parts", "sizes", "packed")
+
+    def __init__(self, weights: list[torch.Tensor], pack: bool = True, fuse: bool = True) -> None:
+        self.sizes = [w.shape[0] for w in weights]
+        fusable = pack and fuse and all(_can_pack(w) and w.shape[1] == weights[0].shape[1] for w in weights)
+        self.packed = _packed(tuple(weights)) if fusable else None
+        self.parts = weights if fusable else [Linear(w, pack) for w in weights]  # fused: kept alive
+
+    @property
+    def fused(self) -> bool:
+        return self.packed is not None
+
+    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
+        if self.packed is None:
+            return [part(x) for part in self.parts]
+        out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        return list(out.split(self.sizes, dim=-1))
+
+
 @dataclass
 class _Layer:
-    q: Linear
-    k: Linear
-    v: Linear
+    qkv: Linears
     o: Linear
-    gate: Linear
-    up: Linear
+    gate_up: Linears
     down: Linear
     norms: dict[str, tuple[torch.Tensor, float]]  # name -> (1 + weight in float32, eps)
     sliding: bool
@@ -170,7 +197,7 @@ class LeanGemma3:
     the decoder stack ``body`` (a ``Gemma3TextModel``) under the output head ``logits_of``."""
 
     def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
-                 initial_capacity: int = 256, pack: bool = True) -> None:  # fmt: skip
+                 initial_capacity: int = 256, pack: bool = True, fuse: bool = True) -> None:  # fmt: skip
         config = body.config
         self.body, self.logits_of = body, logits_of
         self.rotary = body.rotary_emb
@@ -187,9 +214,9 @@ class LeanGemma3:
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
             self.layers.append(_Layer(
-                q=Linear(attn.q_proj.weight, pack), k=Linear(attn.k_proj.weight, pack),
-                v=Linear(attn.v_proj.weight, pack), o=Linear(attn.o_proj.weight, pack),
-                gate=Linear(mlp.gate_proj.weight, pack), up=Linear(mlp.up_proj.weight, pack),
+                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse),
+                o=Linear(attn.o_proj.weight, pack),
+                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse),
                 down=Linear(mlp.down_proj.weight, pack),
                 norms={name: _norm_weights(getattr(m, name)) for m in (layer, attn) for name in (
                     "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
@@ -197,7 +224,7 @@ class LeanGemma3:
                 sliding=kind == "sliding_attention"))  # fmt: skip
 
     def new_cache(self) -> LeanCache:
-        weight = self.layers[0].k.weight if self.layers else self.embed.weight
+        weight = self.layers[0].o.weight if self.layers else self.embed.weight
         shape = (1, self.kv_heads, self.capacity, self.head_dim)
         return LeanCache([LeanLayerCache(weight.new_empty(shape), weight.new_empty(shape)) for _ in self.layers])
 
@@ -216,7 +243,8 @@ class LeanGemma3:
             x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
             residual = x
             h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
-            h = layer.down(F.gelu(layer.gate(h), approximate=self.approximate) * layer.up(h))
+            gate, up = layer.gate_up(h)
+            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
             x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
         x = _rms(x, *self.final_norm)
         if logits_to_keep:
@@ -229,9 +257,7 @@ class LeanGemma3:
                    mask: torch.Tensor | None, layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
         n = h.shape[1]
         shape = (1, n, -1, self.head_dim)
-        q = layer.q(h).view(shape).transpose(1, 2)
-        k = layer.k(h).view(shape).transpose(1, 2)
-        v = layer.v(h).view(shape).transpose(1, 2)
+        q, k, v = (t.reshape(shape).transpose(1, 2) for t in layer.qkv(h))
         q = _rms(q, *layer.norms["q_norm"])
         k = _rms(k, *layer.norms["k_norm"])
         cos, sin = (t.unsqueeze(1) for t in rope)
@@ -239,6 +265,19 @@ class LeanGemma3:
         k = k * cos + _rotate_half(k) * sin
         keys, values = layer_cache.append(k, v)
         groups = self.heads // self.kv_heads
+        if groups > 1 and layer.qkv.fused:
+            # bf16: the query heads of a key/value head as rows of one product, instead of
+            # copying the keys and values once per query head (repeat_kv): the same bits, as
+            # each score and output is a sum over one head's dimensions in oneDNN's bf16 matmul
+            length = keys.shape[2]
+            rows = (1, self.kv_heads, groups * n)
+            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys.transpose(2, 3))
+            weights = weights.view(1, self.heads, n, length) * self.scaling
+            if mask is not None:
+                weights = weights + mask
+            weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+            out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
+            return layer.o(out.transpose(1, 2).reshape(1, n, -1))
         if groups > 1:  # repeat_kv, as transformers does it
             length = keys.shape[2]
             keys = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
