@@ -5,9 +5,10 @@ the matrix products (``babelspec bench forward`` prints ``lean`` and ``hf`` side
 and rotary set-up, a cache that concatenates every layer's keys on every step, config look-ups
 and module hooks. This forward does the same arithmetic, op for op (the RMSNorm, rotary, eager
 attention and MLP of ``transformers.models.gemma3``), with a preallocated key/value cache that
-a rollback crops by setting its length. It covers what the speculative loop needs (batch 1, a
-block of new tokens after the cached ones); anything else (training, batches, other families)
-goes through the Hugging Face forward.
+a rollback crops by setting its length. In bf16 it also merges products whose merging keeps
+every bit (``Linears``, and the grouped attention in ``_attention``). It covers what the
+speculative loop needs (batch 1, a block of new tokens after the cached ones); anything else
+(training, batches, other families) goes through the Hugging Face forward.
 """
 
 from __future__ import annotations
