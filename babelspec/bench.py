@@ -129,6 +129,7 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
             "plain_generate_forward_ms": round(forward_ms, 2) if forward_ms else None,
             "weights_mb": round(floors[dtype][0], 1),
             "weights_read_ms": round(floors[dtype][1], 2),  # the decode floor: every weight read once
+            "decode_over_floor": round(decode * 1e3 / floors[dtype][1], 2),
         }
     figures = out["dtypes"]
     if "float32" in figures and "bfloat16" in figures:

@@ -2,10 +2,13 @@
 
 On: q, k and v one oneDNN product, gate and up one product, and the query heads of the shared
 key/value head attended as rows of one product instead of copying the keys and values once per
-query head. Off (``fuse=False``): Hugging Face's op structure one for one. Both give the same
-logits bit for bit (``tests/test_models_lean.py``); this measures what the fusions save, for a
-one-token decode and for verification blocks of 2-9 tokens, after a short and a long context.
-Every cell once per round, in an order rotated per round; medians over the rounds.
+query head, in blocks of up to ``MERGE_MAX_TOKENS`` tokens. Off (``fuse=False``): Hugging Face's
+op structure one for one. The merges can change the last bits of a block's logits in some
+shapes (see ``babelspec.models.lean.MERGE_MAX_TOKENS``). This measures what they save, for a
+one-token decode and for verification blocks of 2-9 tokens after a short and a long context
+(every cell once per round, in an order rotated per round; medians over the rounds), and what
+they cost in agreement: greedy output, token for token, against Hugging Face greedy and against
+babelspec's own plain decoding (``bench equivalence``), with the merges on and off.
 
     .venv/bin/python benchmarks/lean_fusion.py -o benchmarks/results/lean_fusion.json
 """
@@ -32,6 +35,9 @@ def main() -> None:
     ap.add_argument("--blocks", default="1,2,5,9", help="tokens per forward")
     ap.add_argument("--contexts", default="64,512", help="cached tokens before each forward")
     ap.add_argument("--rounds", type=int, default=12)
+    ap.add_argument("--agreement-prompts", type=int, default=2, help="translation prompts per language (0: skip)")
+    ap.add_argument("--agreement-drafters", default="none,bigram@,self:12@")
+    ap.add_argument("--agreement-tokens", type=int, default=32)
     ap.add_argument("-o", "--output", type=Path, default=Path("runs/lean_fusion.json"))
     args = ap.parse_args()
     blocks = [int(b) for b in args.blocks.split(",")]
@@ -69,10 +75,33 @@ def main() -> None:
             out["cells"][f"context {context}, {b} tokens"] = {
                 "fused_ms": round(fused, 2), "unfused_ms": round(unfused, 2), "speedup": round(unfused / fused, 3)}
     out["median_speedup"] = round(statistics.median(c["speedup"] for c in out["cells"].values()), 3)
+    if args.agreement_prompts:
+        out["agreement"] = _agreement(target, args)
     text = json.dumps(out, indent=2)
     print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.output, text + "\n")
+
+
+def _agreement(target, args) -> dict:
+    """``bench equivalence`` on the same prompts with the merges on, then off."""
+    from babelspec.models import lean
+    from babelspec.models.peers import DEFAULT_LANGS, benchmark_prompts, equivalence
+
+    prompts = benchmark_prompts(target.tokenizer, list(DEFAULT_LANGS), args.agreement_prompts, "translation")
+    drafters = args.agreement_drafters.split(",")
+    out = {"prompts": len(prompts), "drafters": drafters, "max_new_tokens": args.agreement_tokens}
+    saved = lean.MERGE_MAX_TOKENS
+    try:
+        for name, merge in (("fused", saved), ("unfused", 0)):
+            lean.MERGE_MAX_TOKENS = merge
+            report = equivalence(target, prompts, drafters, max_new_tokens=args.agreement_tokens)
+            out[name] = {"agreement_rate": round(report.agreement_rate, 3),
+                         "agreement_with_plain": round(report.agreement_with_plain, 3),
+                         "compared": report.compared, "mismatches": len(report.mismatches)}  # fmt: skip
+    finally:
+        lean.MERGE_MAX_TOKENS = saved
+    return out
 
 
 if __name__ == "__main__":

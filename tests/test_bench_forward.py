@@ -22,7 +22,7 @@ def test_forward_bench_puts_lean_and_hf_side_by_side():
     assert set(lean["verify_ms"]) == {"2"} and lean["decode_ms"] > 0 and hf["plain_generate_step_ms"] > 0
     assert set(out["forward_speedup_decode"]) == {"bfloat16: lean vs hf"}
     # the decode floor: the default model's bf16 weights (tied output head counted once)
-    assert 500 < lean["weights_mb"] < 560 and lean["weights_read_ms"] > 0
+    assert 500 < lean["weights_mb"] < 560 and lean["weights_read_ms"] > 0 and lean["decode_over_floor"] > 0
 
 
 def test_forward_bench_refuses_unknown_forwards_and_dtypes():

@@ -5,10 +5,11 @@ the matrix products (``babelspec bench forward`` prints ``lean`` and ``hf`` side
 and rotary set-up, a cache that concatenates every layer's keys on every step, config look-ups
 and module hooks. This forward does the same arithmetic, op for op (the RMSNorm, rotary, eager
 attention and MLP of ``transformers.models.gemma3``), with a preallocated key/value cache that
-a rollback crops by setting its length. In bf16 it also merges products whose merging keeps
-every bit (``Linears``, and the grouped attention in ``_attention``). It covers what the
-speculative loop needs (batch 1, a block of new tokens after the cached ones); anything else
-(training, batches, other families) goes through the Hugging Face forward.
+a rollback crops by setting its length. In bf16 its decode and verification blocks also merge
+products (``Linears``, and the grouped attention in ``_attention``), which can change the last
+bits of their logits in rare shapes (``MERGE_MAX_TOKENS``); ``fuse=False`` turns the merges off.
+It covers what the speculative loop needs (batch 1, a block of new tokens after the cached
+ones); anything else (training, batches, other families) goes through the Hugging Face forward.
 """
 
 from __future__ import annotations
@@ -156,13 +157,22 @@ class Linear:
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
+# Blocks of at most this many tokens (decode steps and verifications) run the bf16 merges;
+# longer ones (prefill) run Hugging Face's products one for one, so the cache a generation starts
+# from is Hugging Face's bit for bit. The merges reorder oneDNN's sums in some shapes (a stacked
+# q/k/v product first differed from separate ones at 128 rows; grouped attention at 1 of 334
+# context lengths for 5-token blocks, 23 for 9, none for one token), rare last-bit differences
+# that the fast mode's measured agreement rate covers (``bench equivalence --dtype bfloat16``).
+MERGE_MAX_TOKENS = 16
+
+
 class Linears:
     """``[x @ w.T for w in weights]`` for projections of one input (q, k, v; gate, up). Packed
-    bf16 weights are stacked into one oneDNN product, split after: the same bits as separate
-    products (oneDNN sums each output over the input alone; held on the real model by
-    ``tests/test_models_lean.py``) in one pass over the input instead of two or three
-    (``benchmarks/lean_fusion.py``). Unpacked (float32) weights stay separate products: MKL's
-    float32 kernels depend on the output width, so a stacked product would round differently."""
+    bf16 weights are also stacked into one oneDNN product for blocks of up to
+    ``MERGE_MAX_TOKENS`` rows, split after: one pass over the input instead of two or three
+    (``benchmarks/lean_fusion.py``). Longer blocks take ``F.linear`` on each weight, as Hugging
+    Face does. Unpacked (float32) weights are never stacked: MKL picks its float32 kernels by
+    shape, so a stacked product would round differently."""
 
     __slots__ = ("parts", "sizes", "packed")
 
@@ -170,14 +180,14 @@ class Linears:
         self.sizes = [w.shape[0] for w in weights]
         fusable = pack and fuse and all(_can_pack(w) and w.shape[1] == weights[0].shape[1] for w in weights)
         self.packed = _packed(tuple(weights)) if fusable else None
-        self.parts = weights if fusable else [Linear(w, pack) for w in weights]  # fused: kept alive
+        self.parts = [Linear(w, pack=not fusable and pack) for w in weights]
 
     @property
     def fused(self) -> bool:
         return self.packed is not None
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        if self.packed is None:
+        if self.packed is None or x.shape[-2] > MERGE_MAX_TOKENS:
             return [part(x) for part in self.parts]
         out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
         return list(out.split(self.sizes, dim=-1))
@@ -266,10 +276,9 @@ class LeanGemma3:
         k = k * cos + _rotate_half(k) * sin
         keys, values = layer_cache.append(k, v)
         groups = self.heads // self.kv_heads
-        if groups > 1 and layer.qkv.fused:
-            # bf16: the query heads of a key/value head as rows of one product, instead of
-            # copying the keys and values once per query head (repeat_kv): the same bits, as
-            # each score and output is a sum over one head's dimensions in oneDNN's bf16 matmul
+        if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS:
+            # bf16 blocks: the query heads of a key/value head as rows of one product, instead
+            # of copying the keys and values once per query head (repeat_kv)
             length = keys.shape[2]
             rows = (1, self.kv_heads, groups * n)
             weights = torch.matmul(q.reshape(*rows, self.head_dim), keys.transpose(2, 3))
