@@ -275,31 +275,28 @@ class LeanGemma3:
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         keys, values = layer_cache.append(k, v)
-        groups = self.heads // self.kv_heads
-        if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS:
-            # bf16 blocks: the query heads of a key/value head as rows of one product, instead
-            # of copying the keys and values once per query head (repeat_kv)
-            length = keys.shape[2]
-            rows = (1, self.kv_heads, groups * n)
-            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys.transpose(2, 3))
-            weights = weights.view(1, self.heads, n, length) * self.scaling
-            if mask is not None:
-                weights = weights + mask
-            weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
-            out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
-            return layer.o(out.transpose(1, 2).reshape(1, n, -1))
-        if groups > 1:  # repeat_kv, as transformers does it
-            length = keys.shape[2]
-            keys = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
-                1, self.heads, length, self.head_dim)  # fmt: skip
-            values = values[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
-                1, self.heads, length, self.head_dim)  # fmt: skip
-        weights = torch.matmul(q, keys.transpose(2, 3)) * self.scaling
+        groups, length = self.heads // self.kv_heads, keys.shape[2]
+        # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
+        # instead of copying the keys and values once per query head (repeat_kv, as transformers)
+        rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS else None
+        if rows is not None:
+            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys.transpose(2, 3)).view(1, self.heads, n, length)
+        else:
+            if groups > 1:
+                keys = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
+                    1, self.heads, length, self.head_dim)  # fmt: skip
+                values = values[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
+                    1, self.heads, length, self.head_dim)  # fmt: skip
+            weights = torch.matmul(q, keys.transpose(2, 3))
+        weights = weights * self.scaling
         if mask is not None:
             weights = weights + mask
         weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
-        out = torch.matmul(weights, values).transpose(1, 2).contiguous().reshape(1, n, -1)
-        return layer.o(out)
+        if rows is not None:
+            out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
+        else:
+            out = torch.matmul(weights, values)
+        return layer.o(out.transpose(1, 2).contiguous().reshape(1, n, -1))
 
     def _masks(self, past: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[bool, Any]:
         """Additive masks {sliding: mask or None} for n queries after ``past`` cached tokens."""
