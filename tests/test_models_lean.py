@@ -65,6 +65,39 @@ def test_lean_logits_equal_hf_bit_for_bit(dtype, seed):
         assert _max_tv(_both(model, SCHEDULE, seed)) < 0.05
 
 
+def _merged_and_apart(model, schedule, seed: int = 0):
+    """Logits of the lean forward with the q/k norm merge and without it, pairwise."""
+    merged, apart = lean_forward(model), lean_forward(model)
+    assert all(layer.qk_norm is not None for layer in merged.layers)
+    for layer in apart.layers:
+        layer.qk_norm = None
+    caches = merged.new_cache(), apart.new_cache()
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for n, crop in schedule:
+        ids = torch.randint(0, model.config.vocab_size, (1, n), generator=g)
+        pairs.append((merged(ids, caches[0]), apart(ids, caches[1])))
+        for cache in caches:
+            cache.crop(-crop)
+    return pairs
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_bf16_queries_and_keys_normed_together_equal_normed_apart(seed):
+    """The q/k norm and rotary merge of bf16 blocks changes no bit (unlike the product merges)."""
+    model = _eager(tiny_gemma3(seed=seed, sliding_window=8)).to(torch.bfloat16)
+    with torch.no_grad():  # norms start at scale 1: make q_norm's and k_norm's differ
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.normal_(0.0, 0.5)
+    if not lean_forward(model).layers[0].qkv.fused:
+        pytest.skip("this torch build has no oneDNN: bf16 weights stay unpacked")
+    for merged, apart in _merged_and_apart(model, SCHEDULE + [(16, 0), (1, 0), (17, 0)], seed):
+        assert torch.equal(merged, apart)
+    float32 = lean_forward(_eager(tiny_gemma3(seed=seed)))
+    assert all(layer.qk_norm is None for layer in float32.layers)  # float32 stacks no products
+
+
 def test_lean_masks_the_sliding_window_as_hf_does():
     """A window shorter than the context: HF keeps only the window's keys, the lean cache keeps
     all and masks, so float32 sums differ in their last bits only."""
@@ -123,6 +156,7 @@ def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
     if dtype == "bfloat16":  # with the merges: the prefill bit for bit, the blocks' distributions close
         pairs = _both(target.model, schedule)
         assert torch.equal(*pairs[0]) and _max_tv(pairs) < 0.05
+        assert all(torch.equal(*pair) for pair in _merged_and_apart(target.model, schedule))
 
 
 def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():

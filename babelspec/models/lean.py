@@ -186,11 +186,18 @@ class Linears:
     def fused(self) -> bool:
         return self.packed is not None
 
+    def merges(self, x: torch.Tensor) -> bool:
+        """Whether a block of ``x``'s rows goes through the stacked product."""
+        return self.packed is not None and x.shape[-2] <= MERGE_MAX_TOKENS
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        """The stacked product itself, the projections side by side (``merges(x)`` only)."""
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        if self.packed is None or x.shape[-2] > MERGE_MAX_TOKENS:
+        if not self.merges(x):
             return [part(x) for part in self.parts]
-        out = torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
-        return list(out.split(self.sizes, dim=-1))
+        return list(self.stacked(x).split(self.sizes, dim=-1))
 
 
 @dataclass
@@ -201,6 +208,16 @@ class _Layer:
     down: Linear
     norms: dict[str, tuple[torch.Tensor, float]]  # name -> (1 + weight in float32, eps)
     sliding: bool
+    qk_norm: tuple[torch.Tensor, float] | None = None  # q_norm's scale per query head, then k_norm's
+
+
+def _qk_norm(norms: dict[str, tuple[torch.Tensor, float]], heads: int, kv_heads: int) -> tuple[torch.Tensor, float] | None:
+    """q_norm's and k_norm's scales stacked per head [1, heads + kv_heads, 1, head_dim], for one
+    RMSNorm over the queries and keys of a block together (the same arithmetic per row)."""
+    (q_scale, q_eps), (k_scale, k_eps) = norms["q_norm"], norms["k_norm"]
+    if q_eps != k_eps:
+        return None
+    return torch.stack([q_scale] * heads + [k_scale] * kv_heads)[None, :, None, :], q_eps
 
 
 class LeanGemma3:
@@ -233,6 +250,8 @@ class LeanGemma3:
                     "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                     "post_feedforward_layernorm", "q_norm", "k_norm") if hasattr(m, name)},
                 sliding=kind == "sliding_attention"))  # fmt: skip
+            if self.layers[-1].qkv.fused:
+                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
 
     def new_cache(self) -> LeanCache:
         weight = self.layers[0].o.weight if self.layers else self.embed.weight
@@ -268,12 +287,23 @@ class LeanGemma3:
                    mask: torch.Tensor | None, layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
         n = h.shape[1]
         shape = (1, n, -1, self.head_dim)
-        q, k, v = (t.reshape(shape).transpose(1, 2) for t in layer.qkv(h))
-        q = _rms(q, *layer.norms["q_norm"])
-        k = _rms(k, *layer.norms["k_norm"])
         cos, sin = (t.unsqueeze(1) for t in rope)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        if layer.qk_norm is not None and layer.qkv.merges(h):
+            # bf16 blocks: the queries and the key, side by side in the stacked product's output,
+            # are normed and rotated together (per row the same arithmetic as apart, bit for bit:
+            # tests/test_models_lean.py), which halves the small ops of this part of the layer
+            qkv = layer.qkv.stacked(h)
+            columns = (self.heads + self.kv_heads) * self.head_dim
+            qk = _rms(qkv[..., :columns].reshape(shape).transpose(1, 2), *layer.qk_norm)
+            qk = qk * cos + _rotate_half(qk) * sin
+            q, k = qk[:, : self.heads], qk[:, self.heads :]
+            v = qkv[..., columns:].reshape(shape).transpose(1, 2)
+        else:
+            q, k, v = (t.reshape(shape).transpose(1, 2) for t in layer.qkv(h))
+            q = _rms(q, *layer.norms["q_norm"])
+            k = _rms(k, *layer.norms["k_norm"])
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
         keys, values = layer_cache.append(k, v)
         groups, length = self.heads // self.kv_heads, keys.shape[2]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
