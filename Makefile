@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 
 # The llamacpp extra (the llama.cpp peer of bench peers), for the suite to test its adapter; not
 # needed by the demo. llama-cpp-python builds from source (about 12 minutes on 2 cores). Its
-# default native build died of SIGILL on first use on this project's CPU (which reports AMX); a
+# default native build died of SIGILL on first use on an Intel Xeon that reports AMX; a
 # portable AVX2 build runs. LLAMA_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=ON' is faster
 # where AVX-512 is supported. No wheel cache: pip keys it by version, not by these flags, and a
 # cached native build is exactly the one that dies.
