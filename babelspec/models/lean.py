@@ -74,26 +74,34 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
 
 
 class LeanLayerCache:
-    """One layer's keys and values [1, kv_heads, capacity, head_dim]; the first ``length`` hold."""
+    """One layer's keys and values; the first ``length`` hold. Values are [1, kv_heads, capacity,
+    head_dim]; keys the same, or transposed, [1, kv_heads, head_dim, capacity] (``keys_t``)."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor) -> None:
-        self.keys, self.values, self.length = keys, values, 0
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, keys_t: bool = False) -> None:
+        self.keys, self.values, self.length, self.keys_t = keys, values, 0, keys_t
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cache ``k`` and ``v`` [1, kv_heads, n, head_dim]; every key and value cached, keys in
+        the cache's layout."""
         end = self.length + k.shape[2]
-        if end > self.keys.shape[2]:
-            grow = max(end, 2 * self.keys.shape[2])
-            self.keys = _grown(self.keys, grow, self.length)
-            self.values = _grown(self.values, grow, self.length)
-        self.keys[:, :, self.length : end] = k
+        if end > self.values.shape[2]:
+            grow = max(end, 2 * self.values.shape[2])
+            self.keys = _grown(self.keys, grow, self.length, 3 if self.keys_t else 2)
+            self.values = _grown(self.values, grow, self.length, 2)
+        if self.keys_t:
+            self.keys[..., self.length : end] = k.transpose(2, 3)
+        else:
+            self.keys[:, :, self.length : end] = k
         self.values[:, :, self.length : end] = v
         self.length = end
-        return self.keys[:, :, :end], self.values[:, :, :end]
+        return self.keys[..., :end] if self.keys_t else self.keys[:, :, :end], self.values[:, :, :end]
 
 
-def _grown(buffer: torch.Tensor, capacity: int, length: int) -> torch.Tensor:
-    out = buffer.new_empty((*buffer.shape[:2], capacity, buffer.shape[3]))
-    out[:, :, :length] = buffer[:, :, :length]
+def _grown(buffer: torch.Tensor, capacity: int, length: int, dim: int) -> torch.Tensor:
+    shape = list(buffer.shape)
+    shape[dim] = capacity
+    out = buffer.new_empty(shape)
+    out.narrow(dim, 0, length).copy_(buffer.narrow(dim, 0, length))
     return out
 
 
@@ -238,6 +246,12 @@ class LeanGemma3:
         self.final_norm = _norm_weights(body.norm)
         self.layer_types = list(config.layer_types[: config.num_hidden_layers])
         self.approximate = "tanh" if config.hidden_activation == "gelu_pytorch_tanh" else "none"
+        # bf16 on the CPU caches the keys transposed: q @ keys^T is then a product over a strided
+        # slice rather than a transposed view, 1.5-2x faster (``benchmarks/attention_keys.py``),
+        # and oneDNN's bf16 products give the same bits either way; MKL's float32 ones do not,
+        # so float32 keeps Hugging Face's layout
+        weight = body.embed_tokens.weight
+        self.keys_t = weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
@@ -256,7 +270,9 @@ class LeanGemma3:
     def new_cache(self) -> LeanCache:
         weight = self.layers[0].o.weight if self.layers else self.embed.weight
         shape = (1, self.kv_heads, self.capacity, self.head_dim)
-        return LeanCache([LeanLayerCache(weight.new_empty(shape), weight.new_empty(shape)) for _ in self.layers])
+        key_shape = (1, self.kv_heads, self.head_dim, self.capacity) if self.keys_t else shape
+        return LeanCache([LeanLayerCache(weight.new_empty(key_shape), weight.new_empty(shape), self.keys_t)
+                          for _ in self.layers])  # fmt: skip
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0) -> torch.Tensor:
@@ -305,19 +321,24 @@ class LeanGemma3:
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
         keys, values = layer_cache.append(k, v)
-        groups, length = self.heads // self.kv_heads, keys.shape[2]
+        groups, length = self.heads // self.kv_heads, values.shape[2]
+        keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
         # instead of copying the keys and values once per query head (repeat_kv, as transformers)
         rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS else None
         if rows is not None:
-            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys.transpose(2, 3)).view(1, self.heads, n, length)
+            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys_t).view(1, self.heads, n, length)
         else:
             if groups > 1:
-                keys = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
-                    1, self.heads, length, self.head_dim)  # fmt: skip
+                if layer_cache.keys_t:
+                    keys_t = keys_t[:, :, None].expand(1, self.kv_heads, groups, self.head_dim, length).reshape(
+                        1, self.heads, self.head_dim, length)  # fmt: skip
+                else:  # Hugging Face's repeat_kv, then its transposed view
+                    keys_t = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
+                        1, self.heads, length, self.head_dim).transpose(2, 3)  # fmt: skip
                 values = values[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
                     1, self.heads, length, self.head_dim)  # fmt: skip
-            weights = torch.matmul(q, keys.transpose(2, 3))
+            weights = torch.matmul(q, keys_t)
         weights = weights * self.scaling
         if mask is not None:
             weights = weights + mask
