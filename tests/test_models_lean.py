@@ -191,3 +191,51 @@ def test_bf16_projections_stacked_into_one_product_split_into_each_product():
             assert all(torch.equal(o, torch.nn.functional.linear(x, w)) for o, w in zip(outs, weights))
     assert not Linears(weights, fuse=False).fused  # Hugging Face's structure, on request
     assert not Linears([w.float() for w in weights]).fused  # float32: MKL rounds by shape
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def test_one_row_padding_follows_the_probe():
+    """A one-row product is padded exactly where the probe finds single rows rounding otherwise,
+    and a padded row is the first row of the block of the row twice."""
+    from babelspec.models.lean import Linear, _packed_product, one_row_differs
+
+    g = torch.Generator().manual_seed(5)
+    weight = (torch.randn(640, 2048, generator=g) * 0.05).bfloat16()
+    product = Linear(weight, pad_row=True)
+    if product.packed is None:
+        pytest.skip("this torch build has no oneDNN: bf16 weights stay unpacked")
+    assert product.pad_row == one_row_differs(product.packed, (640, 2048))
+    assert not Linear(weight).pad_row  # only where asked (the fast mode's blocks)
+    x = torch.randn(1, 1, 2048, generator=g).bfloat16()
+    assert torch.equal(_packed_product(x, product.packed, pad_row=True), _packed_product(torch.cat([x, x], 1), product.packed, False)[:, :1])
+    # a second random sample agrees with the probe's verdict
+    rows = (torch.randn(1, 16, 2048, generator=g) * 3).bfloat16()
+    block = _packed_product(rows, product.packed, False)[0]
+    alone = any(not torch.equal(_packed_product(rows[:, i : i + 1], product.packed, False)[0, 0], block[i]) for i in range(16))
+    assert not alone or product.pad_row
+
+
+@pytest.mark.skipif("avx512_bf16" not in _cpu_flags() or "amx_bf16" in _cpu_flags(),
+                    reason="row invariance measured on CPUs with AVX-512 BF16 and no AMX (Zen 4) only")  # fmt: skip
+def test_bf16_verification_rows_equal_decode_rows_on_the_default_model(real_models):
+    """In the fast mode a drafted position's logits in a verification block are the logits a
+    one-token decode step gives, bit for bit, so greedy speculative output is greedy plain output."""
+    target = real_models["bfloat16"]
+    g = torch.Generator().manual_seed(1)
+    for length in (30, 100):
+        prompt = torch.randint(1000, 50000, (length,), generator=g).tolist()
+        block = torch.randint(1000, 50000, (9,), generator=g).tolist()
+        target.prefill(prompt)
+        decoded = [target.forward([token])[0] for token in block]
+        target.crop_or_replay(length)
+        for n in (2, 5, 9):
+            logits = target.forward(block[:n])
+            target.crop_or_replay(length)
+            assert all(torch.equal(logits[i], decoded[i]) for i in range(n)), (length, n)

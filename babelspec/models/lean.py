@@ -62,7 +62,7 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
         if type(model).__name__ != "Gemma3ForCausalLM" or head is None or head.bias is not None:
             return None
         softcap = model.config.final_logit_softcapping
-        project = Linear(head.weight)
+        project = Linear(head.weight, pad_row=fuse)
 
         def logits_of(hidden: torch.Tensor) -> torch.Tensor:
             logits = project(hidden)
@@ -149,20 +149,53 @@ def _packed(weights: tuple[torch.Tensor, ...]) -> torch.Tensor:
     return packed
 
 
+def _packed_product(x: torch.Tensor, packed: torch.Tensor, pad_row: bool) -> torch.Tensor:
+    """``x @ weight.T`` on a prepacked bf16 weight. With ``pad_row`` a one-row block is computed
+    as two (the row twice) and the first kept: oneDNN multiplies one row with another kernel
+    than two or more, whose sums can round differently (on a Zen 4 CPU 16 % of the rows of the
+    2048-wide down projection differed in some bit from the row alone, and none from the padded
+    row: ``benchmarks/row_invariance.py``), so a decode step computes the product as a
+    verification block does."""
+    if pad_row and x.shape[-2] == 1:
+        return torch.ops.mkldnn._linear_pointwise(torch.cat([x, x], -2), packed, None, "none", [], "")[..., :1, :]
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+
+
+_ROW_PROBES: dict[tuple, bool] = {}  # (out, in features) -> whether one row rounds otherwise
+
+
+def one_row_differs(packed: torch.Tensor, shape: tuple[int, int]) -> bool:
+    """Whether the product with ``packed`` (a [out, in] weight) gives a row alone other bits than
+    the same row in a block of 16, on random bf16 rows of varied scale. Kernels are chosen by
+    shape, so the answer is kept per shape; a shape whose single rows do round otherwise shows
+    it in about a sixth of the rows (the 2048-wide down projection on a Zen 4 CPU), so 64 rows
+    (16 for the large output head) leave a miss a chance of about 1e-5 (6e-2)."""
+    if shape not in _ROW_PROBES:
+        g = torch.Generator().manual_seed(0)
+        blocks = 4 if shape[0] * shape[1] < 2**24 else 1
+        x = (torch.randn(blocks, 16, shape[1], generator=g) * torch.logspace(-1, 1, 16)[:, None]).bfloat16()
+        product = lambda rows: _packed_product(rows, packed, pad_row=False)  # noqa: E731
+        _ROW_PROBES[shape] = any(not torch.equal(product(x[b : b + 1, i : i + 1])[0, 0], block[i])
+                                 for b in range(blocks) for block in [product(x[b : b + 1])[0]] for i in range(16))  # fmt: skip
+    return _ROW_PROBES[shape]
+
+
 class Linear:
     """``x @ weight.T``; bf16 CPU weights are prepacked once for oneDNN (a copy: the lean forward
-    is for inference, and a weight changed after it was built is not seen)."""
+    is for inference, and a weight changed after it was built is not seen). ``pad_row``: one-row
+    blocks are computed as two rows (``_packed_product``)."""
 
-    __slots__ = ("weight", "packed")
+    __slots__ = ("weight", "packed", "pad_row")
 
-    def __init__(self, weight: torch.Tensor, pack: bool = True) -> None:
+    def __init__(self, weight: torch.Tensor, pack: bool = True, pad_row: bool = False) -> None:
         self.weight = weight
         self.packed = _packed((weight,)) if pack and _can_pack(weight) else None
+        self.pad_row = pad_row and self.packed is not None and one_row_differs(self.packed, tuple(weight.shape))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return F.linear(x, self.weight)
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        return _packed_product(x, self.packed, self.pad_row)
 
 
 # Blocks of at most this many tokens (decode steps and verifications) run the bf16 merges;
@@ -182,13 +215,14 @@ class Linears:
     Face does. Unpacked (float32) weights are never stacked: MKL picks its float32 kernels by
     shape, so a stacked product would round differently."""
 
-    __slots__ = ("parts", "sizes", "packed")
+    __slots__ = ("parts", "sizes", "packed", "pad_row")
 
-    def __init__(self, weights: list[torch.Tensor], pack: bool = True, fuse: bool = True) -> None:
+    def __init__(self, weights: list[torch.Tensor], pack: bool = True, fuse: bool = True, pad_row: bool = False) -> None:
         self.sizes = [w.shape[0] for w in weights]
         fusable = pack and fuse and all(_can_pack(w) and w.shape[1] == weights[0].shape[1] for w in weights)
         self.packed = _packed(tuple(weights)) if fusable else None
-        self.parts = [Linear(w, pack=not fusable and pack) for w in weights]
+        self.pad_row = pad_row and fusable and one_row_differs(self.packed, (sum(self.sizes), weights[0].shape[1]))
+        self.parts = [Linear(w, pack=not fusable and pack, pad_row=pad_row) for w in weights]
 
     @property
     def fused(self) -> bool:
@@ -200,7 +234,7 @@ class Linears:
 
     def stacked(self, x: torch.Tensor) -> torch.Tensor:
         """The stacked product itself, the projections side by side (``merges(x)`` only)."""
-        return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
+        return _packed_product(x, self.packed, self.pad_row)
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         if not self.merges(x):
@@ -255,11 +289,14 @@ class LeanGemma3:
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
+            # fast-mode blocks compute a one-row product as two rows where one row alone rounds
+            # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
+            # the merges and this are what ``fuse`` turns off
             self.layers.append(_Layer(
-                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse),
-                o=Linear(attn.o_proj.weight, pack),
-                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse),
-                down=Linear(mlp.down_proj.weight, pack),
+                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, pad_row=fuse),
+                o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
+                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, pad_row=fuse),
+                down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
                 norms={name: _norm_weights(getattr(m, name)) for m in (layer, attn) for name in (
                     "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                     "post_feedforward_layernorm", "q_norm", "k_norm") if hasattr(m, name)},
