@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from babelspec.models import lean
 from babelspec.models.lean import Linear
 
 
@@ -51,12 +52,15 @@ def _targets():
     from babelspec.target import Target
 
     model, tokenizer = load_model("gemma-3-270m", dtype="bfloat16")
-    padded, plain = Target(model, tokenizer), Target(model, tokenizer)
-    plain.lean = type(plain.lean)(plain.lean.body, plain.lean.logits_of)  # a second forward to unpad
-    for layer in plain.lean.layers:
-        for product in (layer.qkv, layer.o, layer.gate_up, layer.down):
-            product.pad_row = False
-    return {"padded": padded, "unpadded": plain}
+    padded = Target(model, tokenizer)
+    probe = lean.one_row_differs
+    lean.one_row_differs = lambda packed, shape: False  # every product, the head too, unpadded
+    try:
+        unpadded = Target(model, tokenizer)
+    finally:
+        lean.one_row_differs = probe
+    assert not unpadded.lean.layers[0].down.pad_row
+    return {"padded": padded, "unpadded": unpadded}
 
 
 def forwards(targets: dict, contexts=(7, 30, 61, 64, 100, 127, 200, 333)) -> dict:
