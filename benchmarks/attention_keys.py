@@ -48,6 +48,7 @@ def products(lengths=(64, 256, 512, 1024), blocks=(1, 5)) -> dict:
 
 
 def forwards(contexts=(64, 512), blocks=(1, 5), rounds: int = 15) -> dict:
+    from babelspec.bench import interleaved_forwards
     from babelspec.models import load_model
     from babelspec.target import Target
 
@@ -58,24 +59,13 @@ def forwards(contexts=(64, 512), blocks=(1, 5), rounds: int = 15) -> dict:
     assert targets["transposed"].cache.layers[0].keys_t and not targets["hf_layout"].cache.layers[0].keys_t
     out = {}
     for context in contexts:
-        prompt = [1000 + i % 5000 for i in range(context)]
-        for t in targets.values():
-            t.prefill(prompt)
+        times = interleaved_forwards(targets, [1000 + i % 5000 for i in range(context)], blocks, rounds)
         for n in blocks:
-            times = {name: [] for name in targets}
-            for r in range(rounds + 1):
-                for name in (list(targets) if r % 2 else list(targets)[::-1]):
-                    t = targets[name]
-                    t0 = time.perf_counter()
-                    t.forward([prompt[-1]] * n)
-                    elapsed = time.perf_counter() - t0
-                    t.crop_or_replay(context)
-                    if r:
-                        times[name].append(elapsed)
+            transposed, hf_layout = times[("transposed", n)], times[("hf_layout", n)]
             out[f"context {context}, {n} tokens"] = {
-                "transposed_ms": round(statistics.median(times["transposed"]) * 1e3, 2),
-                "hf_layout_ms": round(statistics.median(times["hf_layout"]) * 1e3, 2),
-                "ratio": round(statistics.median(a / b for a, b in zip(times["hf_layout"], times["transposed"])), 3)}
+                "transposed_ms": round(statistics.median(transposed) * 1e3, 2),
+                "hf_layout_ms": round(statistics.median(hf_layout) * 1e3, 2),
+                "ratio": round(statistics.median(a / b for a, b in zip(hf_layout, transposed)), 3)}
     return out
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -82,20 +81,9 @@ def forwards(targets: dict, contexts=(7, 30, 61, 64, 100, 127, 200, 333)) -> dic
 
 
 def costs(targets: dict, context: int = 64, rounds: int = 20) -> dict:
-    prompt = [1000 + i for i in range(context)]
-    for t in targets.values():
-        t.prefill(prompt)
-    times = {(name, n): [] for name in targets for n in (1, 5)}
-    for r in range(rounds + 1):
-        for n in (1, 5):
-            for name in (list(targets) if r % 2 else list(targets)[::-1]):
-                t = targets[name]
-                t0 = time.perf_counter()
-                t.forward([prompt[-1]] * n)
-                elapsed = time.perf_counter() - t0
-                t.crop_or_replay(context)
-                if r:
-                    times[(name, n)].append(elapsed)
+    from babelspec.bench import interleaved_forwards
+
+    times = interleaved_forwards(targets, [1000 + i for i in range(context)], (1, 5), rounds)
     return {f"{n} tokens": {
         "padded_ms": round(statistics.median(times[("padded", n)]) * 1e3, 2),
         "unpadded_ms": round(statistics.median(times[("unpadded", n)]) * 1e3, 2),

@@ -14,6 +14,7 @@ from babelspec.engine import generate
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_target
 from babelspec.models.lean import LeanCache, lean_forward
+from babelspec.models.loader import cpu_flags
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 from tiny import tiny_gemma3, tiny_qwen3
@@ -193,14 +194,6 @@ def test_bf16_projections_stacked_into_one_product_split_into_each_product():
     assert not Linears([w.float() for w in weights]).fused  # float32: MKL rounds by shape
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
-
-
 def test_one_row_padding_follows_the_probe():
     """A one-row product is padded exactly where the probe finds single rows rounding otherwise,
     and a padded row is the first row of the block of the row twice."""
@@ -222,7 +215,7 @@ def test_one_row_padding_follows_the_probe():
     assert not alone or product.pad_row
 
 
-@pytest.mark.skipif("avx512_bf16" not in _cpu_flags() or "amx_bf16" in _cpu_flags(),
+@pytest.mark.skipif("avx512_bf16" not in cpu_flags() or "amx_bf16" in cpu_flags(),
                     reason="row invariance measured on CPUs with AVX-512 BF16 and no AMX (Zen 4) only")  # fmt: skip
 def test_bf16_verification_rows_equal_decode_rows_on_the_default_model(real_models):
     """In the fast mode a drafted position's logits in a verification block are the logits a

@@ -42,20 +42,24 @@ DTYPES = ("auto", "bfloat16", "float32")
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
 
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...); empty where none can be read."""
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this CPU multiplies bf16 natively (AVX-512 BF16 or AMX-BF16), from its flags.
 
     Without these instructions bf16 has no native matmul here and ``auto`` keeps fp32 (a
     choice not measured on such a CPU; ``babelspec bench forward`` measures it where needed)."""
-    try:
-        with open(cpuinfo) as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return bool(flags & {"avx512_bf16", "amx_bf16"})
-    except OSError:
-        pass
-    return False
+    return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
 
 
 def default_dtype(device: "torch.device") -> "torch.dtype":
