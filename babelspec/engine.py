@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, check_vocabulary
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.speedup import theoretical_speedup
 from babelspec.target import Target
@@ -95,11 +95,7 @@ class GenerationResult:
 def validate_request(
     target: Target, drafter: Drafter, prompt_ids: list[int], gamma: int, max_new_tokens: int
 ) -> None:
-    if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"drafter {drafter.name!r} has a vocabulary of {drafter.vocab_size} tokens but the target "
-            f"has {target.vocab_size}; a drafter must use the target's tokenizer"
-        )
+    check_vocabulary(drafter, target)
     if not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1 (got {gamma!r}); use the drafter 'none' "
                          "for plain decoding")

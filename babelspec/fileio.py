@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,9 +24,24 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        _fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -36,6 +52,11 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     with atomic_open(path, "wb") as handle:
         handle.write(data)
+
+
+def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2, sort_keys: bool = True,
+                      ensure_ascii: bool = True) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii))
 
 
 def sha256_file(path: str | Path) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from babelspec.models.lean import LeanCache, lean_forward
+from babelspec.lean import LeanCache, lean_forward
 
 
 class ForwardTimer:
@@ -179,7 +179,7 @@ class RecurrentSnapshot:
 
     @staticmethod
     @torch.inference_mode()
-    def take(cache: DynamicCache, length: int) -> "RecurrentSnapshot":
+    def take(cache: DynamicCache, length: int) -> RecurrentSnapshot:
         states = []
         for layer in cache.layers:
             recurrent = getattr(layer, "recurrent_states", None)

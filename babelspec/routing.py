@@ -85,7 +85,7 @@ class Router:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Router":
+    def load(cls, path: str | Path) -> Router:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"router file {str(path)!r} not found; `babelspec run` writes runs/NAME/router.json")

@@ -41,7 +41,7 @@ class SamplingConfig:
             raise ValueError(f"repetition_window must be >= 0 (got {self.repetition_window})")
 
     @classmethod
-    def paper(cls, seed: int = 0) -> "SamplingConfig":
+    def paper(cls, seed: int = 0) -> SamplingConfig:
         """The paper's decoding settings: top-k 100, top-p 0.9, penalty 1.1 over 16 tokens."""
         return cls(top_k=100, top_p=0.9, repetition_penalty=1.1, repetition_window=16, seed=seed)
 
@@ -84,14 +84,14 @@ class Probs:
             raise ValueError(f"ids {self.ids.shape} and probs {self.probs.shape} must have one shape")
 
     @classmethod
-    def _of(cls, probs: np.ndarray, ids: np.ndarray | None) -> "Probs":
+    def _of(cls, probs: np.ndarray, ids: np.ndarray | None) -> Probs:
         """From arrays already of the right types and shapes (no checks: the hot path)."""
         out = object.__new__(cls)
         out.probs, out.ids = probs, ids
         return out
 
     @classmethod
-    def lazy(cls, n: int, row: Callable[[int], tuple[np.ndarray, np.ndarray | None]]) -> "Probs":
+    def lazy(cls, n: int, row: Callable[[int], tuple[np.ndarray, np.ndarray | None]]) -> Probs:
         """n rows, row i made by ``row(i)`` -> (probs [m], ids [m] or None) when first used."""
         out = object.__new__(cls)
         out._n, out._row, out._made = n, row, {}
@@ -115,13 +115,13 @@ class Probs:
         return made
 
     @classmethod
-    def point(cls, tokens: torch.Tensor | np.ndarray | list[int]) -> "Probs":
+    def point(cls, tokens: torch.Tensor | np.ndarray | list[int]) -> Probs:
         """A point mass at each of ``tokens`` (greedy drafts, n-gram top-1 lookups)."""
         ids = _as_numpy(tokens, np.int64).reshape(-1, 1)
         return cls._of(np.ones(ids.shape, dtype=np.float32), ids)
 
     @classmethod
-    def cat(cls, rows: "list[Probs]") -> "Probs":
+    def cat(cls, rows: list[Probs]) -> Probs:
         """Stack rows; compact rows of different widths are padded with probability 0."""
         if all(r.ids is None for r in rows):
             return cls._of(np.concatenate([r.probs for r in rows]), None)
@@ -204,7 +204,7 @@ class Probs:
             u = torch.rand(len(self), generator=generator, dtype=torch.float64).numpy()
         return np.array([self.draw(i, float(u[i])) for i in range(len(self))], dtype=np.int64)
 
-    def draw_residual(self, i: int, draft: "Probs", u: float) -> int:
+    def draw_residual(self, i: int, draft: Probs, u: float) -> int:
         """Row i's token from norm(max(0, q - p)) with p = the draft's row i (Leviathan et al.,
         Alg. 1): q - p is positive only where q is, so q's support is enough."""
         ids, q = self.support(i)
@@ -213,7 +213,7 @@ class Probs:
             r = q
         return int(ids[_draw(r, u)])
 
-    def with_ids(self, id_of: np.ndarray) -> "Probs":
+    def with_ids(self, id_of: np.ndarray) -> Probs:
         """The same rows with ids (or column numbers, for full rows) mapped through ``id_of``."""
         cols = self.ids if self.ids is not None else np.broadcast_to(np.arange(self.width), self.probs.shape)
         return Probs._of(self.probs, id_of[cols])

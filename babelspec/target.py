@@ -7,6 +7,7 @@ import time
 import torch
 
 from babelspec.lm import CausalLM
+from babelspec.models import DEFAULT_TARGET, load_model
 
 
 class Target(CausalLM):
@@ -39,3 +40,15 @@ class Target(CausalLM):
         if len(tokens) > 1:
             self.checkpoint()
         return self.forward(tokens)
+
+
+def load_target(
+    spec: str = DEFAULT_TARGET,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    attention: str = "eager",
+) -> Target:
+    """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``)."""
+    model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
+    return Target(model, tokenizer)

@@ -38,8 +38,8 @@ def products(lengths=(64, 256, 512, 1024), blocks=(1, 5)) -> dict:
             keys = cache[:, :, :length]
             keys_t = cache.transpose(2, 3).contiguous()[..., :length]
             q = torch.randn(1, 1, 4 * n, 256).bfloat16()
-            view = _median_us(lambda: torch.matmul(q, keys.transpose(2, 3)))
-            strided = _median_us(lambda: torch.matmul(q, keys_t))
+            view = _median_us(lambda q=q, keys=keys: torch.matmul(q, keys.transpose(2, 3)))
+            strided = _median_us(lambda q=q, keys_t=keys_t: torch.matmul(q, keys_t))
             out[f"length {length}, {n} tokens"] = {
                 "transposed_view_us": round(view, 1), "transposed_cache_us": round(strided, 1),
                 "ratio": round(view / strided, 3),
@@ -48,7 +48,7 @@ def products(lengths=(64, 256, 512, 1024), blocks=(1, 5)) -> dict:
 
 
 def forwards(contexts=(64, 512), blocks=(1, 5), rounds: int = 15) -> dict:
-    from babelspec.bench import interleaved_forwards
+    from babelspec.bench.forward import interleaved_forwards
     from babelspec.models import load_model
     from babelspec.target import Target
 
@@ -74,7 +74,7 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, default=Path("runs/attention_keys.json"))
     args = ap.parse_args()
     from babelspec.fileio import write_text_atomic
-    from babelspec.models.machine import cpu_model
+    from babelspec.machine import cpu_model
 
     figures = {"benchmark": "attention_keys", "threads": torch.get_num_threads(), "cpu": cpu_model(),
                "products": products(), "forwards": forwards()}

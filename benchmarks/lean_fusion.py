@@ -4,7 +4,7 @@ On: q, k and v one oneDNN product, gate and up one product, and the query heads 
 key/value head attended as rows of one product instead of copying the keys and values once per
 query head, in blocks of up to ``MERGE_MAX_TOKENS`` tokens. Off (``fuse=False``): Hugging Face's
 op structure one for one. The merges can change the last bits of a block's logits in some
-shapes (see ``babelspec.models.lean.MERGE_MAX_TOKENS``). This measures what they save, for a
+shapes (see ``babelspec.lean.MERGE_MAX_TOKENS``). This measures what they save, for a
 one-token decode and for verification blocks of 2-9 tokens after a short and a long context
 (every cell once per round, in an order rotated per round; medians over the rounds), and what
 they cost in agreement: greedy output, token for token, against Hugging Face greedy and against
@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 
 from babelspec.fileio import write_text_atomic
-from babelspec.models import DEFAULT_TARGET, load_target
-from babelspec.models.lean import lean_forward
-from babelspec.models.machine import execution_info
+from babelspec.lean import lean_forward
+from babelspec.machine import execution_info
+from babelspec.models import DEFAULT_TARGET
+from babelspec.target import load_target
 
 
 def main() -> None:
@@ -85,8 +86,8 @@ def main() -> None:
 
 def _agreement(target, args) -> dict:
     """``bench equivalence`` on the same prompts with the merges on, then off."""
-    from babelspec.models import lean
-    from babelspec.models.peers import DEFAULT_LANGS, benchmark_prompts, equivalence
+    from babelspec import lean
+    from babelspec.bench.peers import DEFAULT_LANGS, benchmark_prompts, equivalence
 
     prompts = benchmark_prompts(target.tokenizer, list(DEFAULT_LANGS), args.agreement_prompts, "translation")
     drafters = args.agreement_drafters.split(",")

@@ -23,7 +23,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from babelspec.data.corpus import monolingual
@@ -31,9 +30,9 @@ from babelspec.data.tasks import get_task
 from babelspec.drafters.base import NoDrafter
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
-from babelspec.models import load_target
 from babelspec.ngram import CountConfig, train
 from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.target import load_target
 
 CONFIGS: dict[str, tuple[int, dict]] = {
     f"{mode}/{unseen}": (2, {"mode": mode, "unseen": unseen})

@@ -8,7 +8,7 @@ walked the same way (``NgramDraftConfig()``):
 
 * ``corpus``: counted on the bundled monolingual train split (the paper's);
 * ``general``: the target's top-20 soft targets over the first ``--tokens`` positions of that
-  split, teacher-forced (``babelspec.ngram.distill``, general mode: forwards only);
+  split, teacher-forced (``babelspec.distill.ngram``, general mode: forwards only);
 * ``task``: its soft targets over its own sampled responses to ``--train-prompts`` *train*
   prompts of the task (task mode: a generation per prompt);
 * ``general+task``: both.
@@ -26,17 +26,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from ngram_acceptance import expected_acceptance
 
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
+from babelspec.distill.ngram import DistillConfig, distil, task_responses
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.fileio import write_text_atomic
-from babelspec.models import load_target
-from babelspec.models.machine import execution_info
+from babelspec.machine import execution_info
 from babelspec.ngram import CountConfig, train
-from babelspec.ngram.distill import DistillConfig, distil, task_responses
 from babelspec.sampling import SamplingConfig, logits_to_probs
-from ngram_acceptance import expected_acceptance
+from babelspec.target import load_target
 
 
 def main() -> None:

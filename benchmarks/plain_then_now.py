@@ -26,7 +26,7 @@ CHILD = r"""
 import json, sys, time, torch
 from babelspec.drafters.base import NoDrafter
 from babelspec.engine import generate
-from babelspec.models import load_target
+from babelspec.target import load_target
 from babelspec.sampling import SamplingConfig
 prompts, tokens, dtype = json.loads(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 target = load_target("gemma-3-270m", **({"dtype": dtype} if dtype else {}))

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from babelspec.models import lean
-from babelspec.models.lean import Linear
+from babelspec import lean
+from babelspec.lean import Linear
 
 
 def products(shapes=((640, 2048), (640, 1024), (1536, 640), (4096, 640)), trials: int = 20) -> dict:
@@ -81,7 +81,7 @@ def forwards(targets: dict, contexts=(7, 30, 61, 64, 100, 127, 200, 333)) -> dic
 
 
 def costs(targets: dict, context: int = 64, rounds: int = 20) -> dict:
-    from babelspec.bench import interleaved_forwards
+    from babelspec.bench.forward import interleaved_forwards
 
     times = interleaved_forwards(targets, [1000 + i for i in range(context)], (1, 5), rounds)
     return {f"{n} tokens": {
@@ -96,7 +96,7 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, default=Path("runs/row_invariance.json"))
     args = ap.parse_args()
     from babelspec.fileio import write_text_atomic
-    from babelspec.models.machine import cpu_model
+    from babelspec.machine import cpu_model
 
     torch.set_num_threads(torch.get_num_threads())
     targets = _targets()

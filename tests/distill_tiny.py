@@ -13,9 +13,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from babelspec.distill.cache import Example  # noqa: E402
-from babelspec.distill.teacher import text_examples  # noqa: E402
 from tiny import tiny_gemma3  # noqa: E402
+
+from babelspec.distill.soft_targets import Example  # noqa: E402
+from babelspec.distill.teacher import text_examples  # noqa: E402
 
 VOCAB = 64
 
@@ -50,8 +51,8 @@ class SlowExamples(Sequence):
 
 
 def run(out_dir: str, slow: bool) -> None:
-    from babelspec.distill.students import StudentSpec, build_student
     from babelspec.distill.trainer import TrainConfig, train
+    from babelspec.drafters.students import StudentSpec, build_student
 
     torch.set_num_threads(1)
     teacher, examples, _ = teacher_and_examples()

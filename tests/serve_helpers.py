@@ -61,7 +61,7 @@ class Server:
         self.proc = subprocess.Popen([sys.executable, "-m", "babelspec", "serve", "--port", str(self.port), *args],
                                      stdout=self._log_file, stderr=subprocess.STDOUT, env=env())  # fmt: skip
 
-    def wait(self, timeout: float = 600) -> "Server":
+    def wait(self, timeout: float = 600) -> Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

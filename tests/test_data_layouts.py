@@ -18,7 +18,7 @@ from babelspec.data.loaders import (
     load_layout,
     load_layout_pairs,
 )
-from babelspec.data.sources import monolingual_texts, parse_source, parallel_records, without
+from babelspec.data.sources import monolingual_texts, parallel_records, parse_source, without
 
 EN = ["The cat sleeps.", "It rains today.", "We walk home.", "Birds sing.", "The sea is wide."]
 KAB = ["Amcic yeṭṭes.", "Ikkat ugeffur ass-a.", "Nteddu s axxam.", "Ifrax ccnan.", "Ill d ameqqran."]

@@ -37,7 +37,7 @@ def test_plain_text(tmp_path: Path) -> None:
 
 
 def test_gzip_text(tmp_path: Path) -> None:
-    p = write(tmp_path / "a.txt.gz", gzip.compress("one\ntwo\n".encode()))
+    p = write(tmp_path / "a.txt.gz", gzip.compress(b"one\ntwo\n"))
     assert load_text(p) == ["one", "two"]
 
 

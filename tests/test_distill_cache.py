@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from babelspec.distill.cache import CacheError, Example, TopKCache, build_cache
+from babelspec.distill.soft_targets import CacheError, Example, TopKCache, build_cache
 
 
 def random_examples(n: int, k: int = 20, dtype=np.float16, seed: int = 0) -> list[Example]:

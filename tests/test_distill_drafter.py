@@ -2,17 +2,17 @@
 
 import pytest
 import torch
-
-from babelspec.distill.artifact import DistilledDrafterError, load_distilled, save_distilled
-from babelspec.distill.students import StudentSpec, build_student
-from babelspec.distill.trainer import TrainConfig, train
-from babelspec.drafters import NoDrafter, make_drafter
-from babelspec.engine import generate
-from babelspec.sampling import SamplingConfig
-from babelspec.target import Target
 from distill_tiny import VOCAB, teacher_and_examples
 from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import tiny_gemma3, tiny_qwen3
+
+from babelspec.distill.trainer import TrainConfig, train
+from babelspec.drafters import NoDrafter, make_drafter
+from babelspec.drafters.artifact import DistilledDrafterError, load_distilled, save_distilled
+from babelspec.drafters.students import StudentSpec, build_student
+from babelspec.engine import generate
+from babelspec.sampling import SamplingConfig
+from babelspec.target import Target
 
 SPECS = ["self:1", "self:2,head=corpus"]
 

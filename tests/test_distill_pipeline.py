@@ -5,6 +5,7 @@ errors."""
 import json
 
 import pytest
+from tiny import tiny_gemma3
 from typer.testing import CliRunner
 
 from babelspec.cli import app
@@ -13,7 +14,6 @@ from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import tiny_gemma3
 
 
 @pytest.fixture(scope="module")

@@ -9,20 +9,20 @@ import sys
 import time
 from pathlib import Path
 
+import distill_tiny
 import numpy as np
 import pytest
 import torch
+from distill_tiny import VOCAB, teacher_and_examples
 from safetensors.torch import load_file
+from tiny import tiny_qwen3
 
 from babelspec.distill.evaluate import acceptance_on, kd_loss_on
 from babelspec.distill.losses import topk_kd_loss
-from babelspec.distill.students import Student, StudentSpec, StudentSpecError, build_student
 from babelspec.distill.teacher import warped_targets
 from babelspec.distill.trainer import TrainConfig, train
+from babelspec.drafters.students import Student, StudentSpec, StudentSpecError, build_student
 from babelspec.sampling import SamplingConfig
-import distill_tiny
-from distill_tiny import VOCAB, teacher_and_examples
-from tiny import tiny_qwen3
 
 HERE = Path(__file__).parent
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import torch
+from tiny import ScriptedDrafter, tiny_qwen35
 
 from babelspec.drafters.base import NoDrafter
 from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
@@ -14,7 +15,6 @@ from babelspec.engine import generate
 from babelspec.lm import CausalLM
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import ScriptedDrafter, tiny_qwen35
 
 GREEDY = SamplingConfig(greedy=True, repetition_penalty=2.0, repetition_window=6)
 PROMPT = [3, 17, 9, 40, 22, 5, 8, 13, 21, 34]

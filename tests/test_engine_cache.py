@@ -2,12 +2,12 @@
 
 import pytest
 import torch
+from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 from babelspec.drafters.model import ModelDrafter
-from babelspec.sampling import SamplingConfig
 from babelspec.lm import CausalLM
+from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 
 def fresh_next_logits(model, ids: list[int]) -> torch.Tensor:

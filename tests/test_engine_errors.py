@@ -1,6 +1,7 @@
 """Bad requests fail at the boundary with a message that says what to change."""
 
 import pytest
+from tiny import tiny_qwen3
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.base import NoDrafter
@@ -8,7 +9,6 @@ from babelspec.drafters.model import ModelDrafter
 from babelspec.engine import generate
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import tiny_qwen3
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 from babelspec.drafters.base import NoDrafter
 from babelspec.drafters.model import ModelDrafter
 from babelspec.engine import generate
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 # The penalty keeps tiny random models out of one-token loops, so drafts are judged on varied text.
 GREEDY = SamplingConfig(greedy=True, repetition_penalty=2.0, repetition_window=6)

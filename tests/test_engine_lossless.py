@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 import torch
-
-from babelspec.engine import accept_or_reject, generate
-from babelspec.drafters.base import Draft
-from babelspec.sampling import Probs, SamplingConfig
-from babelspec.target import Target
 from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import FixedDrafter, tiny_qwen3
+
+from babelspec.drafters.base import Draft
+from babelspec.engine import accept_or_reject, generate
+from babelspec.sampling import Probs, SamplingConfig
+from babelspec.target import Target
 
 VOCAB = 8
 PROMPT = [1, 5, 2]

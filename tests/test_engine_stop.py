@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import ScriptedDrafter, tiny_qwen3
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -17,7 +18,6 @@ from babelspec.engine import generate
 from babelspec.ngram import CountConfig, train
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from tiny import ScriptedDrafter, tiny_qwen3
 
 V = 64
 WORDS = [f"t{i:02d}" for i in range(V)]  # no word is part of another, or spans two

@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 import pytest
+from experiments_fixtures import record, small_store
 
 from babelspec.experiments import aggregate as agg
 from babelspec.speedup import theoretical_speedup
-from experiments_fixtures import record, small_store
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from babelspec.experiments.checks import (
+from babelspec.data.langid import (
     CharNgramClassifier,
     OutputChecker,
     repeated_ngram_ratio,

@@ -10,7 +10,7 @@ from test_data_layouts import EN, KAB, make_root, sib_tsv, write
 
 from babelspec.experiments.config import ConfigError, DrafterSetting, dump_toml, load_config
 from babelspec.experiments.prepare import PrepareRequest, _monolingual_train
-from babelspec.experiments.runner import prompt_data, task_prompts
+from babelspec.experiments.worker import prompt_data, task_prompts
 
 REAL = """
 languages = ["ber", "npi"]

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-
-from babelspec.experiments.aggregate import setting_stats
-from babelspec.experiments.machine import machine_fingerprint, machine_kind
-from babelspec.experiments.runner import STORE_NAME
-from babelspec.experiments.store import Store
 from experiments_fixtures import record
 from tiny import tiny_gemma3
+
+from babelspec.experiments.aggregate import setting_stats
+from babelspec.experiments.runner import STORE_NAME
+from babelspec.experiments.store import Store
+from babelspec.machine import machine_fingerprint, machine_kind
 
 
 def test_fingerprint_names_host_device_dtype_and_threads():
@@ -56,7 +56,7 @@ def test_a_store_from_before_machine_fingerprints_takes_new_records(tmp_path):
 
 
 def test_the_report_names_the_machines_generations_ran_on_not_the_drivers():
-    from babelspec.experiments.machine import describe_machines, machines_summary
+    from babelspec.machine import describe_machines, machines_summary
 
     worker = {"host": "w1", "device": "CPU X", "dtype": "bfloat16", "threads": 1}
     summary = machines_summary([worker, {**worker, "host": "w2"}, {}])

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import textwrap
 
+from experiments_fixtures import tiny_model_dir
+
 from babelspec.experiments.analysis import analyse, open_store
 from babelspec.experiments.config import load_config
 from babelspec.experiments.runner import run_experiment
 from babelspec.report import build_report
-from experiments_fixtures import tiny_model_dir
 
 
 def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path, monkeypatch):

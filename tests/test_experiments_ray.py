@@ -22,12 +22,13 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install 'babelspec[ray]'")
 
+from experiments_fixtures import record, sigkill_after, stored_count, tiny_model_dir  # noqa: E402
+
 from babelspec.experiments.cluster import RayExecutor  # noqa: E402
 from babelspec.experiments.config import config_from_dict  # noqa: E402
 from babelspec.experiments.executors import ExecutorError  # noqa: E402
 from babelspec.experiments.runner import STORE_NAME, dry_run, run_experiment  # noqa: E402
 from babelspec.experiments.store import Store  # noqa: E402
-from experiments_fixtures import record, sigkill_after, stored_count, tiny_model_dir  # noqa: E402
 
 LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]

@@ -13,10 +13,10 @@ import sys
 import textwrap
 
 import pytest
+from experiments_fixtures import sigkill_after, tiny_model_dir
 
 from babelspec.experiments.config import load_config
 from babelspec.experiments.runner import run_experiment
-from experiments_fixtures import sigkill_after, tiny_model_dir
 
 LANGS, TASKS, PROMPTS, GAMMAS = ["yor", "amh"], ["translation", "story"], 4, [2, 3]
 DRAFTERS = ["bigram", "self1"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 
 import pytest
+from experiments_fixtures import record, small_store
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments.router import build_router
 from babelspec.routing import Router
-from experiments_fixtures import record, small_store
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import sqlite3
 
-from babelspec.experiments.store import ExampleRecord, Store
 from experiments_fixtures import record
+
+from babelspec.experiments.store import ExampleRecord, Store
 
 
 def test_round_trip_keeps_every_field(tmp_path):

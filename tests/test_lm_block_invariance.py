@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny import tiny_gemma3, tiny_qwen3
 
 from babelspec.lm import CausalLM
-from tiny import tiny_gemma3, tiny_qwen3
 
 
 @pytest.mark.parametrize("make", [tiny_gemma3, tiny_qwen3])

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from babelspec.models import DEFAULT_TARGET, converted_dir, load_model, loader
-from babelspec.models.cache import COMPLETE_MARKER
+from babelspec.models.userdir import COMPLETE_MARKER
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from babelspec.machine import describe, execution_info, precision_mode
 from babelspec.models import loader
-from babelspec.models.machine import describe, execution_info, precision_mode
 
 
 def _cpuinfo(tmp_path, flags: str):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from babelspec.bench.peers import PromptItem, equivalence
 from babelspec.data.corpus import monolingual
-from babelspec.models import DEFAULT_TARGET, load_target
-from babelspec.models.peers import PromptItem, equivalence
+from babelspec.models import DEFAULT_TARGET
+from babelspec.target import load_target
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from babelspec.models import PRESETS, PresetError, load_model, load_tokenizer, resolve
-from babelspec.models.cache import COMPLETE_MARKER, cached_build
+from babelspec.models.userdir import COMPLETE_MARKER, cached_build
 
 
 def test_presets_cover_default_control_and_paper_models() -> None:

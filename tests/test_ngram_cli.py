@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
 from typer.testing import CliRunner
 
 from babelspec.cli import app
 from babelspec.ngram import NgramModel
-from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
 
 runner = CliRunner()
 

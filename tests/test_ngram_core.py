@@ -6,10 +6,11 @@ import json
 
 import numpy as np
 import pytest
-
-from babelspec.ngram import CountConfig, NgramFileError, NgramModel, TokenizerMismatchError, count_ngrams, train
-from babelspec.ngram.corpus import tokenize_texts, tokenizer_fingerprint
 from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
+
+from babelspec.models.tokenizers import tokenizer_fingerprint
+from babelspec.ngram import CountConfig, NgramFileError, NgramModel, TokenizerMismatchError, count_ngrams, train
+from babelspec.ngram.corpus import tokenize_texts
 
 
 @pytest.fixture(scope="module")

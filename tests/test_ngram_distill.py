@@ -5,14 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from babelspec.ngram import CountConfig, count_ngrams
-from babelspec.ngram.counting import count_weighted
-from babelspec.ngram.distill import DistillConfig, Observations, distil, score
-from babelspec.sampling import SamplingConfig, logits_to_probs
-from babelspec.target import Target
 from ngram_tiny import word_tokenizer
 from tiny import tiny_qwen3
+
+from babelspec.distill.ngram import DistillConfig, Observations, distil, score
+from babelspec.ngram import CountConfig, count_ngrams
+from babelspec.ngram.counting import count_weighted
+from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.target import Target
 
 
 def _fields(table):

@@ -8,6 +8,9 @@ import time
 import numpy as np
 import pytest
 import torch
+from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
+from stats import chi_square_pvalue, exact_pair_distribution
+from tiny import tiny_qwen3
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
@@ -15,9 +18,6 @@ from babelspec.engine import generate
 from babelspec.ngram import CountConfig, TokenizerMismatchError, count_ngrams, train
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
-from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
-from stats import chi_square_pvalue, exact_pair_distribution
-from tiny import tiny_qwen3
 
 V = len(WORDS)
 

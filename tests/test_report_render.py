@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from experiments_fixtures import small_store
 from typer.testing import CliRunner
 
 from babelspec.cli import app
 from babelspec.report import build_report
-from experiments_fixtures import small_store
 
 
 @pytest.fixture

@@ -1,12 +1,14 @@
 """Warping matches Hugging Face's logits processors; sampling never picks a zero entry."""
 
+import numpy as np
 import pytest
 import torch
 from transformers.generation.logits_process import (
-    RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
 )
-
-import numpy as np
 
 from babelspec.sampling import Probs, SamplingConfig, logits_to_probs, warp
 

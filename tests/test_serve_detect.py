@@ -3,10 +3,10 @@ though a few-shot translation prompt is mostly English."""
 
 import pytest
 
+from babelspec.data.langid import OutputChecker
 from babelspec.data.tasks import get_task
-from babelspec.experiments.checks import OutputChecker
 from babelspec.models import load_tokenizer
-from babelspec.serve.worker import detect_language
+from babelspec.serve.scheduler import detect_language
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import torch
 from transformers import (
-    Gemma3ForCausalLM, Gemma3TextConfig, Qwen3_5ForCausalLM, Qwen3_5TextConfig, Qwen3Config, Qwen3ForCausalLM,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    Qwen3_5ForCausalLM,
+    Qwen3_5TextConfig,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from babelspec.drafters.base import Draft, Drafter

@@ -90,6 +90,8 @@ _LANGS = [
 ]
 
 LANGUAGES: dict[str, Language] = {lang.code: lang for lang in _LANGS}
+# The paper's 11 languages (ISO 639-3): the study's default grid.
+PAPER_LANGUAGES: tuple[str, ...] = tuple(sorted(LANGUAGES))
 
 _ALIASES: dict[str, str] = {}
 for _lang in _LANGS:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from babelspec.distill.cache import Example
 from babelspec.distill.losses import expected_acceptance
-from babelspec.distill.students import Student
+from babelspec.distill.soft_targets import Example
 from babelspec.distill.trainer import batch_loss, collate, fit_length
+from babelspec.drafters.students import Student
 from babelspec.sampling import SamplingConfig, logits_to_probs
 
 

@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.distill.cache import Example, TopKCache, build_cache, write_json_atomic
+from babelspec.distill.soft_targets import Example, TopKCache, build_cache
 from babelspec.distill.trainer import TrainConfig, TrainState, latest_checkpoint, train
-from babelspec.models.machine import dtype_name
+from babelspec.fileio import write_json_atomic
+from babelspec.machine import dtype_name
 
 MODES = ("task", "general")
 EVAL_TASKS = ("translation", "story")
@@ -84,7 +85,7 @@ class DistillConfig:
         from babelspec.data.languages import get_language
 
         self.lang = get_language(self.lang).code
-        from babelspec.distill.students import StudentSpec
+        from babelspec.drafters.students import StudentSpec
 
         StudentSpec.parse(self.student)
 
@@ -136,7 +137,7 @@ def _cache_root(config: DistillConfig) -> Path:
     return cache_dir() / "distill"
 
 
-def _teacher_dtype(teacher: "Teacher") -> dict[str, str]:
+def _teacher_dtype(teacher: Teacher) -> dict[str, str]:
     """The teacher's dtype in a cache key, when not fp32 (so fp32 caches keep their keys)."""
     dtype = next(teacher.model.parameters()).dtype
     return {} if dtype == torch.float32 else {"teacher_dtype": dtype_name(dtype)}
@@ -165,7 +166,8 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
     """Build (or reuse, or finish) the teacher's top-k cache of the training examples."""
     from tqdm.auto import tqdm
 
-    from babelspec.distill import data, teacher as tmod
+    from babelspec.distill import data
+    from babelspec.distill import teacher as tmod
 
     d = config.data
     dtype = np.dtype(d.logp_dtype)
@@ -204,7 +206,8 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
     paper's decoding settings from test-split prompts -- the text a drafter faces."""
     from tqdm.auto import tqdm
 
-    from babelspec.distill import data, teacher as tmod
+    from babelspec.distill import data
+    from babelspec.distill import teacher as tmod
     from babelspec.sampling import SamplingConfig
 
     e = config.eval
@@ -270,8 +273,8 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
     ``out_dir`` resumes: caches are reused and training continues from its last checkpoint.
     """
     from babelspec.distill import data
-    from babelspec.distill.artifact import save_distilled
-    from babelspec.distill.students import StudentSpec, build_student
+    from babelspec.drafters.artifact import save_distilled
+    from babelspec.drafters.students import StudentSpec, build_student
 
     config.validate()
     out_dir = Path(out_dir)

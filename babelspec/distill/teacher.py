@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from babelspec.distill.cache import Example
+from babelspec.distill.soft_targets import Example
 from babelspec.sampling import SamplingConfig, logits_to_probs
 
 

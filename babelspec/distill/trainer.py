@@ -22,9 +22,10 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from babelspec.distill.cache import Example, write_json_atomic
 from babelspec.distill.losses import LOSS_KINDS, topk_kd_loss
-from babelspec.distill.students import Student
+from babelspec.distill.soft_targets import Example
+from babelspec.drafters.students import Student
+from babelspec.fileio import write_json_atomic
 
 
 @dataclass
@@ -56,7 +57,7 @@ class TrainConfig:
             raise ValueError(f"train.loss must be one of {', '.join(LOSS_KINDS)} (got {self.loss!r})")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(values) - known
         if unknown:

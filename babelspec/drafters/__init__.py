@@ -1,11 +1,12 @@
 """Drafters, one module each behind one interface (``base.Drafter``), made from a spec string.
 
-Specs: ``none``, ``model:PATH_OR_PRESET`` and the forms registered by the other modules
-(``ngram:FILE``, ``self:K``, ``distilled:DIR``, ``auto``). ``self:K`` drafts with the target's
-first K layers; ``head:LANG`` with all its layers under an output head restricted to LANG's
-corpus tokens; ``self:K@LANG`` combines the two (``head`` / ``self:K@`` take ``lang=...``).
-A new drafter is a module with a factory decorated by ``@register("prefix")`` and one
-import line below.
+Specs: ``none``, ``model:PATH_OR_PRESET``, ``ngram:FILE[,option=value...]``, ``self:K``,
+``head:LANG``, ``self:K@LANG``, ``distilled:DIR`` and ``auto[:ROUTER]``. ``self:K`` drafts with
+the target's first K layers; ``head:LANG`` with all its layers under an output head restricted
+to LANG's corpus tokens; ``self:K@LANG`` combines the two (``head`` / ``self:K@`` take
+``lang=...``). This module is the factory: it imports the drafter modules, never the reverse. A
+new drafter is a module with a factory ``(arg, target, context) -> Drafter`` and one line in
+``_FACTORIES`` (or, from outside the package, ``register("prefix")`` on the factory).
 """
 
 from __future__ import annotations
@@ -13,17 +14,73 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from babelspec.drafters.base import Draft, Drafter, NoDrafter
+from babelspec.drafters.base import Draft, Drafter, NoDrafter, check_vocabulary
 
 if TYPE_CHECKING:
     from babelspec.target import Target
 
 # factory(argument after the colon, the target, context such as lang=..., task=...) -> Drafter
 DrafterFactory = Callable[[str, "Target", dict[str, Any]], Drafter]
-_FACTORIES: dict[str, DrafterFactory] = {}
+
+
+def _none(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    return NoDrafter()
+
+
+# The drafter modules are imported when their spec is first used, so `import babelspec` stays light.
+def _model(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.model import model_drafter
+
+    return model_drafter(arg, target, context)
+
+
+def _ngram(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.ngram import ngram_drafter
+
+    return ngram_drafter(arg, target, context)
+
+
+def _self(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    """``self:K`` (full output head) or ``self:K@LANG`` (head restricted to LANG's tokens)."""
+    from babelspec.drafters.selfdraft import SelfDrafter, parse_layers, truncated_model
+
+    layers, at, lang = arg.partition("@")
+    k = parse_layers(layers, target)
+    if at:
+        from babelspec.drafters.vocabhead import restricted_drafter
+
+        return restricted_drafter(target, k=k, lang=lang or context.get("lang"), name=f"self:{arg}")
+    return SelfDrafter(truncated_model(target.model, k), target, k, name=f"self:{k}")
+
+
+def _head(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.vocabhead import restricted_drafter
+
+    lang = arg or context.get("lang")
+    return restricted_drafter(target, k=None, lang=lang, name=f"head:{lang}" if lang else "head")
+
+
+def _distilled(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.distilled import distilled_drafter
+
+    return distilled_drafter(arg, target, context)
+
+
+def _auto(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.auto import auto_drafter
+
+    return auto_drafter(arg, target, context, make=make_drafter)
+
+
+_FACTORIES: dict[str, DrafterFactory] = {
+    "none": _none, "model": _model, "ngram": _ngram, "self": _self, "head": _head,
+    "distilled": _distilled, "auto": _auto,
+}  # fmt: skip
 
 
 def register(prefix: str) -> Callable[[DrafterFactory], DrafterFactory]:
+    """Decorator adding a factory for ``prefix:...`` specs (a drafter defined outside babelspec)."""
+
     def wrap(factory: DrafterFactory) -> DrafterFactory:
         _FACTORIES[prefix] = factory
         return factory
@@ -31,35 +88,15 @@ def register(prefix: str) -> Callable[[DrafterFactory], DrafterFactory]:
     return wrap
 
 
-@register("none")
-def _none(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
-    return NoDrafter()
-
-
-def make_drafter(spec: str, target: "Target", **context: Any) -> Drafter:
+def make_drafter(spec: str, target: Target, **context: Any) -> Drafter:
     """Build the drafter a spec names, e.g. ``make_drafter("ngram:amh.ngram", target)``."""
-    _load_builtin_drafters()
     prefix, _, arg = spec.partition(":")
     if prefix not in _FACTORIES:
         known = ", ".join(sorted(f"{p}:..." if p != "none" else p for p in _FACTORIES))
         raise ValueError(f"unknown drafter spec {spec!r}; known forms: {known}")
     drafter = _FACTORIES[prefix](arg, target, context)
-    if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
-        raise ValueError(
-            f"drafter {spec!r} has a vocabulary of {drafter.vocab_size} tokens but the target has "
-            f"{target.vocab_size}; a drafter must use the target's tokenizer"
-        )
+    check_vocabulary(drafter, target, name=spec)
     return drafter
-
-
-def _load_builtin_drafters() -> None:
-    # Imported lazily so that `import babelspec` stays light. One line per drafter module.
-    import babelspec.drafters.model  # noqa: F401
-    import babelspec.drafters.auto  # noqa: F401
-    import babelspec.drafters.selfdraft  # noqa: F401
-    import babelspec.drafters.vocabhead  # noqa: F401
-    import babelspec.drafters.ngram  # noqa: F401
-    import babelspec.drafters.distilled  # noqa: F401
 
 
 __all__ = ["Draft", "Drafter", "NoDrafter", "make_drafter", "register"]

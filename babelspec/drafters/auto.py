@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from babelspec.drafters import make_drafter, register
 from babelspec.drafters.base import Draft, Drafter
 from babelspec.routing import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
 from babelspec.speedup import theoretical_speedup
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from babelspec.target import Target
 
 WARMUP_STEPS = 8  # judged steps before the online estimate may switch drafting off
@@ -92,8 +93,9 @@ class RoutedDrafter(Drafter):
         return self.inner.forward_seconds() if self.inner is not None else []
 
 
-@register("auto")
-def _auto(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
+def auto_drafter(arg: str, target: Target, context: dict[str, Any],
+                 make: Callable[..., Drafter]) -> Drafter:
+    """``auto[:ROUTER]``: the routed drafter; ``make`` builds the route's drafter from its spec."""
     lang = context.get("lang")
     if not lang:
         raise ValueError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")
@@ -111,5 +113,5 @@ def _auto(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
     route = router.route(lang, context.get("task"))
     inner = None
     if route.spec != "none":
-        inner = make_drafter(route.spec, target, lang=lang, task=context.get("task") or "translation")
+        inner = make(route.spec, target, lang=lang, task=context.get("task") or "translation")
     return RoutedDrafter(inner, route, min_speedup=router.min_speedup)

@@ -24,7 +24,6 @@ import torch
 
 from babelspec.sampling import Probs, SamplingConfig
 
-
 _NO_PROBS = Probs.point([])
 
 
@@ -39,11 +38,11 @@ class Draft:
         return int(self.tokens.numel())
 
     @staticmethod
-    def empty() -> "Draft":
+    def empty() -> Draft:
         return Draft(tokens=torch.empty(0, dtype=torch.long), probs=_NO_PROBS)
 
     @staticmethod
-    def point(tokens: torch.Tensor | list[int], forwards: int = 0) -> "Draft":
+    def point(tokens: torch.Tensor | list[int], forwards: int = 0) -> Draft:
         """Tokens drafted with certainty (a greedy draft, an n-gram's top-1, a lookup)."""
         tokens = torch.as_tensor(tokens, dtype=torch.long)
         return Draft(tokens=tokens, probs=Probs.point(tokens), forwards=forwards)
@@ -91,6 +90,15 @@ class NoDrafter(Drafter):
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         pass
+
+
+def check_vocabulary(drafter: Drafter, target, *, name: str | None = None) -> None:
+    """Raise ``ValueError`` unless the drafter drafts in the target's vocabulary."""
+    if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
+        raise ValueError(
+            f"drafter {name or drafter.name!r} has a vocabulary of {drafter.vocab_size} tokens but "
+            f"the target has {target.vocab_size}; a drafter must use the target's tokenizer"
+        )
 
 
 @dataclass

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from babelspec.drafters import Drafter, register
+from babelspec.drafters.base import Drafter
 
 
-@register("distilled")
 def distilled_drafter(arg: str, target: Any, context: dict[str, Any]) -> Drafter:
-    from babelspec.distill.artifact import load_distilled, read_metadata
+    from babelspec.drafters.artifact import load_distilled, read_metadata
     from babelspec.drafters.model import ModelDrafter
 
     if not arg:

@@ -7,10 +7,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.drafters import register
 from babelspec.drafters.base import Draft, Drafter
-from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.lm import CausalLM
+from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
 
 
@@ -82,8 +81,7 @@ def load_causal_lm(spec: str, target: Target) -> torch.nn.Module:
     return model
 
 
-@register("model")
-def _model(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+def model_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     if not arg:
         raise ValueError("the drafter spec 'model:' needs a preset, local path or hub name, "
                          "e.g. model:qwen3.5-0.8b")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import itertools
 import random
-from array import array
 import time
+from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from babelspec.drafters import register
 from babelspec.drafters.base import Draft, Drafter
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import Probs, SamplingConfig
@@ -70,7 +69,7 @@ class NgramDraftConfig:
             raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
 
     @classmethod
-    def from_options(cls, options: dict[str, str]) -> "NgramDraftConfig":
+    def from_options(cls, options: dict[str, str]) -> NgramDraftConfig:
         types = {f.name: f.type for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for name, value in options.items():
@@ -381,9 +380,8 @@ def parse_spec(arg: str) -> tuple[str, dict[str, str]]:
     return path, options
 
 
-@register("ngram")
-def _ngram_factory(arg: str, target: "Target", context: dict[str, Any]) -> Drafter:
-    from babelspec.ngram.corpus import tokenizer_fingerprint
+def ngram_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.models.tokenizers import tokenizer_fingerprint
 
     path, options = parse_spec(arg)
     config = NgramDraftConfig.from_options(options)

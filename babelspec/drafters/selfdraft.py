@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 
-from babelspec.drafters import register
-from babelspec.drafters.base import Drafter
 from babelspec.drafters.model import ModelDrafter, _numpy_rng
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
@@ -136,15 +134,3 @@ def parse_layers(text: str, target: Target) -> int:
     if not 1 <= k <= n:
         raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
     return k
-
-
-@register("self")
-def _self(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
-    """``self:K`` (full output head) or ``self:K@LANG`` (head restricted to LANG's tokens)."""
-    layers, at, lang = arg.partition("@")
-    k = parse_layers(layers, target)
-    if at:
-        from babelspec.drafters.vocabhead import restricted_drafter
-
-        return restricted_drafter(target, k=k, lang=lang or context.get("lang"), name=f"self:{arg}")
-    return SelfDrafter(truncated_model(target.model, k), target, k, name=f"self:{k}")

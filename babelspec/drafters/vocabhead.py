@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.drafters import register
 from babelspec.drafters.base import Drafter
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
 from babelspec.sampling import Probs, SamplingConfig, warp
@@ -83,7 +82,7 @@ class RestrictedHeadLM(torch.nn.Module):
 
     def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """The restricted columns' logits of the body's last hidden states (also the lean
-        forward's output head: ``babelspec.models.lean``)."""
+        forward's output head: ``babelspec.lean``)."""
         logits = torch.nn.functional.linear(hidden, self.base_weight)
         if self.extra_weight.shape[0]:
             logits = torch.cat([logits, torch.nn.functional.linear(hidden, self.extra_weight)], -1)
@@ -122,7 +121,7 @@ class VocabHeadDrafter(SelfDrafter):
 
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str) -> Drafter:
     """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers)."""
-    from babelspec.models.vocab import language_token_ids
+    from babelspec.drafters.vocab import language_token_ids
 
     if not lang:
         raise ValueError(
@@ -137,9 +136,3 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     if k is not None and k < num_layers(target.model):
         body = truncated_model(target.model, k)
     return VocabHeadDrafter(RestrictedHeadLM(body, ids), name=name, target=target)
-
-
-@register("head")
-def _head(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
-    lang = arg or context.get("lang")
-    return restricted_drafter(target, k=None, lang=lang, name=f"head:{lang}" if lang else "head")

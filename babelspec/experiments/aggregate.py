@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from babelspec.experiments.machine import machine_kind
 from babelspec.experiments.store import ExampleRecord
+from babelspec.machine import machine_kind
 from babelspec.routing import BASELINE
 from babelspec.speedup import theoretical_speedup
 
@@ -245,7 +245,7 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
         s.loop_rate = float(np.mean([r.looped for r in rows]))
         covered = [r for r in rows if r.langid_language]
         if covered:
-            from babelspec.experiments.checks import LANGID_CODES
+            from babelspec.data.langid import LANGID_CODES
 
             s.langid_agreement = float(
                 np.mean([r.langid_language == LANGID_CODES.get(r.language) for r in covered])

@@ -3,7 +3,6 @@ a finished run leaves next to it: ``analysis.json`` and ``router.json``."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict
@@ -12,10 +11,10 @@ from typing import Any
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments.divergence import resourcedness_correlation
-from babelspec.experiments.machine import machines_summary
 from babelspec.experiments.router import build_router
 from babelspec.experiments.store import STORE_NAME, Store
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import write_json_atomic
+from babelspec.machine import machines_summary
 from babelspec.routing import Route, Router
 
 
@@ -129,10 +128,6 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(_clean(data), indent=1, ensure_ascii=False))
-
-
 def analyse_run(run_dir: str | Path) -> dict[str, Any]:
     """``analyse`` of a run directory's store, closing the store afterwards."""
     store = open_store(Path(run_dir))
@@ -147,7 +142,8 @@ def write_analysis(run_dir: str | Path, log: Callable[[str], None] = print) -> d
     run_dir = Path(run_dir)
     result = analyse_run(run_dir)
     slim = {k: v for k, v in result.items() if k != "forward_seconds"}
-    write_json_atomic(run_dir / "analysis.json", slim)
+    write_json_atomic(run_dir / "analysis.json", _clean(slim), indent=1, sort_keys=False,
+                      ensure_ascii=False)
     router = Router(**{**result["router"], "routes": []})
     router.routes = [Route(**r) for r in result["router"]["routes"]]
     router.save(run_dir / "router.json")

@@ -22,7 +22,13 @@ from typing import Any
 from babelspec.experiments.config import ExperimentConfig
 from babelspec.experiments.executors import ExecutorError, Sink
 from babelspec.experiments.worker import (
-    PrepareJob, Result, Unit, UnitRunner, prepare_one, speed_probe, task_prompts,
+    PrepareJob,
+    Result,
+    Unit,
+    UnitRunner,
+    prepare_one,
+    speed_probe,
+    task_prompts,
 )
 
 INSTALL_HINT = "install it with `pip install 'babelspec[ray]'` (on every machine of the cluster)"
@@ -50,10 +56,10 @@ class ClusterWorker:
 
     def ready(self, version: str) -> dict[str, Any]:
         """Load the target and check the data; ``error`` says what this machine lacks."""
-        import babelspec
         import ray
 
-        from babelspec.experiments.machine import machine_fingerprint
+        import babelspec
+        from babelspec.machine import machine_fingerprint
 
         info = {"host": socket.gethostname(), "node": ray.get_runtime_context().get_node_id(),
                 "error": "", "machine": {}}  # fmt: skip
@@ -61,7 +67,7 @@ class ClusterWorker:
             info["error"] = (f"babelspec {babelspec.__version__} is installed there, the driver runs "
                              f"{version}: install the same version on every machine")  # fmt: skip
             return info
-        from babelspec.experiments.runner import load_config_target
+        from babelspec.experiments.worker import load_config_target
 
         try:
             self.target = load_config_target(self.cfg)

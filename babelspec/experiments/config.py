@@ -14,10 +14,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-# The paper's 11 languages (ISO 639-3). The data layer's registry, when present, adds aliases.
-PAPER_LANGUAGES: tuple[str, ...] = (
-    "amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh",
-)  # fmt: skip
+from babelspec.data.languages import PAPER_LANGUAGES
+
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
 # Drafter spec prefixes the project knows of (registered by their modules as they land).
 KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
@@ -188,7 +186,7 @@ def resolve_language(name: str) -> str:
 
 
 # What a distilled n-gram (kind = "ngram" with distil) learns from: the target's distributions
-# over train text, and over its answers to a task's train prompts (babelspec.ngram.distill).
+# over train text, and over its answers to a task's train prompts (babelspec.distill.ngram).
 DISTIL_MODES = ("general", "task")
 
 

@@ -13,7 +13,13 @@ from typing import Any, Protocol
 
 from babelspec.experiments.config import ExperimentConfig
 from babelspec.experiments.worker import (
-    PrepareJob, Result, Unit, UnitRunner, WorkItem, prepare_one, speed_probe,
+    PrepareJob,
+    Result,
+    Unit,
+    UnitRunner,
+    WorkItem,
+    prepare_one,
+    speed_probe,
 )
 
 Sink = Callable[[list[WorkItem], list[Result]], None]  # a unit's items and their results
@@ -83,12 +89,3 @@ class LocalExecutor:
         if self.runner is not None:
             self.runner.drop_drafters()
         self.runner = None
-
-
-def make_executor(address: str = "", workers: int = 0) -> Executor:
-    """``LocalExecutor`` without an address, else a ``RayExecutor`` for ``auto`` or HOST:PORT."""
-    if not address:
-        return LocalExecutor()
-    from babelspec.experiments.cluster import RayExecutor
-
-    return RayExecutor(address, workers=workers)

@@ -19,10 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from babelspec.experiments.config import ExperimentConfig, dump_toml
-from babelspec.experiments.executors import Executor, LocalExecutor, make_executor
+from babelspec.experiments.executors import Executor, LocalExecutor
 from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
-from babelspec.experiments.worker import (  # noqa: F401 - task_prompts: the runner's prompts
-    PrepareJob, Result, Skip, Unit, WorkItem, plan, prompt_data, task_prompts, units_of, versions,
+from babelspec.experiments.worker import (
+    PrepareJob,
+    Result,
+    Skip,
+    Unit,
+    WorkItem,
+    load_config_target,
+    plan,
+    prompt_data,
+    units_of,
+    versions,
 )
 from babelspec.fileio import write_text_atomic
 
@@ -42,7 +51,7 @@ class RunSummary:
 
 def execution(target) -> dict:
     """How the numbers of a run were computed: dtype (and exact or fast mode), threads, CPU."""
-    from babelspec.models.machine import execution_info
+    from babelspec.machine import execution_info
 
     return execution_info(target)
 
@@ -50,16 +59,13 @@ def execution(target) -> dict:
 _write_atomic = write_text_atomic
 
 
-def load_run_target(spec: str, dtype: str = "auto"):
-    """The verifier for a preset name or a local model directory."""
-    from babelspec.models import load_target
+def make_executor(address: str = "", workers: int = 0) -> Executor:
+    """``LocalExecutor`` without an address, else a ``RayExecutor`` for ``auto`` or HOST:PORT."""
+    if not address:
+        return LocalExecutor()
+    from babelspec.experiments.cluster import RayExecutor
 
-    return load_target(spec, dtype=dtype)
-
-
-def load_config_target(cfg: ExperimentConfig):
-    """The run's verifier as the config asks for it: the driver and every worker load it so."""
-    return load_run_target(cfg.target, cfg.dtype)
+    return RayExecutor(address, workers=workers)
 
 
 def run_experiment(

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from babelspec.experiments.checks import OutputChecker
+from babelspec.data.langid import OutputChecker
 from babelspec.experiments.config import DrafterSetting, ExperimentConfig
-from babelspec.experiments.machine import machine_fingerprint
 from babelspec.experiments.store import ExampleRecord
+from babelspec.machine import machine_fingerprint
 from babelspec.routing import BASELINE
 
 
@@ -286,3 +286,10 @@ def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
     # a generation at max_new_tokens: one prefill, then that many decode steps
     decode = (result.wall_seconds - result.prefill_seconds) / max(1, result.n_tokens)
     return decode + result.prefill_seconds / max(1, cfg.max_new_tokens)
+
+
+def load_config_target(cfg: ExperimentConfig):
+    """The run's verifier as the config asks for it: the driver and every worker load it so."""
+    from babelspec.target import load_target
+
+    return load_target(cfg.target, dtype=cfg.dtype)

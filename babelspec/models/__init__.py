@@ -7,22 +7,21 @@ file or hub name works too; a preset that cannot be had here raises ``PresetErro
 what to install or where to put the files.
 """
 
-from babelspec.models.cache import CACHE_ENV, cache_dir
 from babelspec.models.loader import (
-    converted_dir,
-    default_device,
     DTYPES,
+    converted_dir,
     cpu_has_native_bf16,
+    default_device,
     default_dtype,
     dtype_name,
     load_model,
-    load_target,
     load_tokenizer,
     resolve,
     resolve_dtype,
 )
 from babelspec.models.presets import DEFAULT_TARGET, PAPER_DRAFTER_FOR, PRESETS, Preset, PresetError
 from babelspec.models.tokenizers import TOKENIZER_PRESETS
+from babelspec.models.userdir import CACHE_ENV, cache_dir
 
 __all__ = [
     "CACHE_ENV",
@@ -40,7 +39,6 @@ __all__ = [
     "default_dtype",
     "dtype_name",
     "load_model",
-    "load_target",
     "load_tokenizer",
     "resolve",
     "resolve_dtype",

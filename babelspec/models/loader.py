@@ -15,15 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from babelspec.fileio import sha256_file
-from babelspec.models.cache import COMPLETE_MARKER, cache_dir, cached_build
-from babelspec.models.machine import dtype_name
+from babelspec.machine import cpu_flags, dtype_name
 from babelspec.models.presets import DEFAULT_TARGET, GGUF_LOCATORS, PRESETS, Preset, PresetError
+from babelspec.models.userdir import COMPLETE_MARKER, cache_dir, cached_build
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-    from babelspec.target import Target
 
 # Bump when the converted layout changes, so stale caches are rebuilt rather than misread.
 CONVERSION_FORMAT = 1
@@ -32,7 +30,7 @@ CONVERSION_FORMAT = 1
 conversion_count = 0
 
 
-def default_device() -> "torch.device":
+def default_device() -> torch.device:
     import torch
 
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -40,18 +38,6 @@ def default_device() -> "torch.device":
 
 DTYPES = ("auto", "bfloat16", "float32")
 _DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "float": "float32"}
-
-
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
-    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...); empty where none can be read."""
-    try:
-        with open(cpuinfo) as handle:
-            for line in handle:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -62,7 +48,7 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
 
 
-def default_dtype(device: "torch.device") -> "torch.dtype":
+def default_dtype(device: torch.device) -> torch.dtype:
     """bf16 where the hardware computes in it natively (CUDA with bf16 support, a CPU with
     AVX-512 BF16 or AMX), fp32 elsewhere. ``babelspec bench forward`` measures it. On this
     project's idle 2-core Xeon (2 threads, lean forward) a one-token decode is a little faster
@@ -78,7 +64,7 @@ def default_dtype(device: "torch.device") -> "torch.dtype":
     return torch.float32
 
 
-def resolve_dtype(dtype: "str | torch.dtype | None", device: "torch.device | None" = None) -> "torch.dtype":
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
     """A torch dtype from ``auto`` (or None), ``bfloat16``/``bf16``, ``float32``/``fp32``."""
     import torch
 
@@ -122,10 +108,9 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, source: str) -> None:
     (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
-def recast_checkpoint(source: Path, out_dir: Path, dtype: "torch.dtype") -> None:
+def recast_checkpoint(source: Path, out_dir: Path, dtype: torch.dtype) -> None:
     """Save the fp32 conversion in ``source`` again in ``dtype`` (half the bytes for bf16, so
     later loads read less and cast nothing)."""
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.perf_counter()
@@ -138,7 +123,7 @@ def recast_checkpoint(source: Path, out_dir: Path, dtype: "torch.dtype") -> None
     (out_dir / COMPLETE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
 
 
-def _per_dtype(name: str, fp32_dir: Path, dtype: "torch.dtype | None") -> Path:
+def _per_dtype(name: str, fp32_dir: Path, dtype: torch.dtype | None) -> Path:
     """The fp32 conversion itself, or its cached copy in another dtype (``NAME-bfloat16``)."""
     import torch
 
@@ -147,7 +132,7 @@ def _per_dtype(name: str, fp32_dir: Path, dtype: "torch.dtype | None") -> Path:
     return cached_build(f"{name}-{dtype_name(dtype)}", lambda tmp: recast_checkpoint(fp32_dir, tmp, dtype))
 
 
-def converted_dir(preset_name: str, dtype: "torch.dtype | None" = None) -> Path:
+def converted_dir(preset_name: str, dtype: torch.dtype | None = None) -> Path:
     """The cached, dequantised checkpoint of a packaged preset, converting it on first use
     (fp32 when ``dtype`` is None; one cached copy per other dtype)."""
     preset = _get_preset(preset_name)
@@ -163,7 +148,7 @@ def converted_dir(preset_name: str, dtype: "torch.dtype | None" = None) -> Path:
     return _per_dtype(name, cached_build(name, build), dtype)
 
 
-def gguf_file_dir(path: Path, dtype: "torch.dtype | None" = None) -> Path:
+def gguf_file_dir(path: Path, dtype: torch.dtype | None = None) -> Path:
     """A cached conversion of any GGUF file given by path (keyed by its content hash)."""
     digest = sha256_file(path)[:16]
 
@@ -195,7 +180,7 @@ def _looks_like_hub_name(spec: str) -> bool:
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
 
 
-def resolve(spec: str, dtype: "torch.dtype | None" = None) -> tuple[str, str]:
+def resolve(spec: str, dtype: torch.dtype | None = None) -> tuple[str, str]:
     """Map a model spec to ``(kind, location)`` without loading weights.
 
     kind is ``"dir"`` (a local checkpoint directory, possibly the cache's conversion in
@@ -251,7 +236,7 @@ def _from_pretrained(cls: Any, spec: str, kind: str, location: str, **kwargs: An
         raise _hub_failure(spec, location, err) from err
 
 
-def load_tokenizer(spec: str = DEFAULT_TARGET) -> "PreTrainedTokenizerBase":
+def load_tokenizer(spec: str = DEFAULT_TARGET) -> PreTrainedTokenizerBase:
     """The tokenizer of a model spec, or a tokenizer preset (e.g. ``qwen3.5``)."""
     from babelspec.models.tokenizers import TOKENIZER_PRESETS, load_tokenizer_preset
 
@@ -266,10 +251,10 @@ def load_tokenizer(spec: str = DEFAULT_TARGET) -> "PreTrainedTokenizerBase":
 def load_model(
     spec: str = DEFAULT_TARGET,
     *,
-    device: "str | torch.device | None" = None,
-    dtype: "str | torch.dtype | None" = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
     attention: str = "eager",
-) -> tuple["PreTrainedModel", "PreTrainedTokenizerBase"]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``(model, tokenizer)`` for a preset name, a local path, a .gguf file or a hub name.
 
     The model is in eval mode on ``device`` (CUDA when present, else CPU) in ``dtype``
@@ -294,17 +279,3 @@ def load_model(
     model.eval()
     model.requires_grad_(False)
     return model, tokenizer
-
-
-def load_target(
-    spec: str = DEFAULT_TARGET,
-    *,
-    device: "str | torch.device | None" = None,
-    dtype: "str | torch.dtype | None" = None,
-    attention: str = "eager",
-) -> "Target":
-    """A ``babelspec.target.Target`` (the verifier) for a model spec."""
-    from babelspec.target import Target
-
-    model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
-    return Target(model, tokenizer)

@@ -7,13 +7,15 @@ tokenizer once and cached, so n-gram drafters for Qwen3.5 can be trained with no
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from babelspec.models.cache import COMPLETE_MARKER, cached_build
 from babelspec.models.presets import PresetError
+from babelspec.models.userdir import COMPLETE_MARKER, cached_build
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -78,7 +80,7 @@ def build_qwen35_tokenizer(out_dir: Path) -> None:
     )
 
 
-def load_tokenizer_preset(name: str) -> "PreTrainedTokenizerBase":
+def load_tokenizer_preset(name: str) -> PreTrainedTokenizerBase:
     if name not in TOKENIZER_PRESETS:
         raise PresetError(
             f"unknown tokenizer preset {name!r}; known: {', '.join(sorted(TOKENIZER_PRESETS))} "
@@ -88,3 +90,32 @@ def load_tokenizer_preset(name: str) -> "PreTrainedTokenizerBase":
 
     directory = cached_build(f"tokenizers/{name}-v{TOKENIZER_FORMAT}", build_qwen35_tokenizer)
     return AutoTokenizer.from_pretrained(directory)
+
+
+_FINGERPRINTS: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+    """``{"name", "vocab_size", "vocab_sha256", "rules_sha256"}``: the vocabulary's size and the
+    sha256 of its (id, token) list (equal iff the vocabularies are equal; what an n-gram file
+    is checked against), and the sha256 of the fast tokenizer's whole definition, rules
+    included ("" for a slow tokenizer; what caches of tokenized text are keyed by)."""
+    try:
+        return dict(_FINGERPRINTS[tokenizer])
+    except (KeyError, TypeError):
+        pass
+    vocab: dict[str, int] = tokenizer.get_vocab()
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pairs = sorted(vocab.items(), key=lambda kv: kv[1])
+    digest = hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in pairs).encode("utf-8", "surrogatepass"))
+    fp = {
+        "name": str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
+        "vocab_size": len(vocab),
+        "vocab_sha256": digest.hexdigest(),
+        "rules_sha256": hashlib.sha256(backend.to_str().encode()).hexdigest() if backend is not None else "",
+    }
+    try:
+        _FINGERPRINTS[tokenizer] = fp
+    except TypeError:
+        pass
+    return dict(fp)

@@ -22,7 +22,8 @@ def train(texts, tokenizer, config: CountConfig = CountConfig(), *, corpus_name:
     """Tokenise ``texts`` with ``tokenizer`` (always the target's) and count an n-gram model."""
     import time
 
-    from babelspec.ngram.corpus import tokenize_texts, tokenizer_fingerprint
+    from babelspec.models.tokenizers import tokenizer_fingerprint
+    from babelspec.ngram.corpus import tokenize_texts
 
     tokens, lengths, sizes = tokenize_texts(texts, tokenizer, progress=progress)
     fingerprint = tokenizer_fingerprint(tokenizer)

@@ -2,37 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import weakref
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, dict[str, Any]]" = weakref.WeakKeyDictionary()
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
-    """Vocabulary size and sha256 of the (id, token) list: equal iff the vocabularies are equal."""
-    try:
-        return dict(_FINGERPRINTS[tokenizer])
-    except (KeyError, TypeError):
-        pass
-    vocab: dict[str, int] = tokenizer.get_vocab()
-    pairs = sorted(vocab.items(), key=lambda kv: kv[1])
-    digest = hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in pairs).encode("utf-8", "surrogatepass"))
-    fp = {
-        "name": str(getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__),
-        "vocab_size": len(vocab),
-        "vocab_sha256": digest.hexdigest(),
-    }
-    try:
-        _FINGERPRINTS[tokenizer] = fp
-    except TypeError:
-        pass
-    return dict(fp)
 
 
 def _encode_batch(tokenizer: Any, batch: list[str]) -> list[list[int]]:

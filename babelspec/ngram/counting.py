@@ -14,6 +14,7 @@ import numpy as np
 
 from babelspec.ngram.model import NgramModel, NgramTable
 
+
 @dataclass(frozen=True)
 class CountConfig:
     order: int = 2  # n: the longest n-gram counted (the paper's bigram is n = 2)
@@ -192,7 +193,7 @@ def count_weighted(
     Observation i says that ``next_tokens[i]`` followed the ``config.order - 1`` token ids
     ``contexts[i]`` (oldest first; −1 where the text had not started), ``weights[i]`` times.
     Weights are non-negative integers: soft counts, e.g. a teacher's next-token probabilities
-    scaled to integers (``babelspec.ngram.distill``). Equal (context, next) pairs add up; a
+    scaled to integers (``babelspec.distill.ngram``). Equal (context, next) pairs add up; a
     shorter context k takes the last k columns, so every order's table sums the same weights.
     """
     n_ctx = config.order - 1

@@ -236,7 +236,7 @@ class NgramModel:
         return path.stat().st_size
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, verify: bool = True) -> "NgramModel":
+    def load(cls, path: str | os.PathLike, *, verify: bool = True) -> NgramModel:
         """Memory-map a model file. ``verify`` checks the payload's sha256 (a full read)."""
         path = Path(path)
         if not path.is_file():

@@ -7,12 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from babelspec.experiments.machine import describe_machines
-from babelspec.models.machine import describe
+from babelspec.fileio import write_bytes_atomic, write_text_atomic
+from babelspec.machine import describe, describe_machines
 from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from babelspec.report.provenance import provenance_blocks
-from babelspec.fileio import write_bytes_atomic, write_text_atomic
 
 # The paper's means over 11 languages (Qwen3.5-9B verifier, 0.8B drafter), for comparison only.
 PAPER_MEANS = [
@@ -264,7 +263,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         ("fig2-forward-times", figs.forward_times(a.get("forward_seconds", {})),
          "Fig. 2 — time of one forward per drafter and of the target's verification forward."),
     ]
-    for i, task in enumerate(sorted({b["task"] for b in best})):
+    for task in sorted({b["task"] for b in best}):
         figure_specs.append((f"fig3-alpha-{task}", figs.per_language_bars(best, task, "alpha_mean", "α (best γ)"),
                              f"Fig. 3 — acceptance α per language and drafter, {task}."))
         figure_specs.append((f"fig4-speedup-{task}", figs.per_language_bars(best, task, "speedup", "measured speedup", True),

@@ -16,10 +16,19 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from babelspec.serve.protocol import (
-    APIError, GenerationRequest, ModelInfo, TextStream, babelspec_info, chunk, finish_reason, parse_chat,
-    parse_completion, response, usage,
+    APIError,
+    GenerationRequest,
+    ModelInfo,
+    TextStream,
+    babelspec_info,
+    chunk,
+    finish_reason,
+    parse_chat,
+    parse_completion,
+    response,
+    usage,
 )  # fmt: skip
-from babelspec.serve.worker import Job, Worker, timeout_error
+from babelspec.serve.scheduler import Job, Worker, timeout_error
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 

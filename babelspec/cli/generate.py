@@ -1,21 +1,13 @@
-"""The ``babelspec`` command line: thin wrappers that parse, call the library and print."""
+"""``babelspec generate``: one generation with a drafter, its text and one line of statistics."""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(
-    help="Lossless speculative decoding for low-resource languages, measured honestly.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
 DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
               "else float32), bfloat16 (fast mode) or float32 (exact mode: greedy speculative == plain).")
-bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
 
 
-@app.command()
 def generate(
     prompt: str = typer.Option(..., "--prompt", "-p", help="Text to continue."),
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
@@ -57,7 +49,7 @@ def generate(
         raise typer.BadParameter(f"--max-new-tokens must be >= 0 (got {max_new_tokens})")
     try:
         from babelspec.drafters import make_drafter
-        from babelspec.models import load_target
+        from babelspec.target import load_target
 
         tgt = load_target(target, dtype=dtype)
         context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
@@ -71,7 +63,7 @@ def generate(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     if json_output:
-        from babelspec.models.machine import execution_info
+        from babelspec.machine import execution_info
 
         typer.echo(json.dumps({"text": result.text, "target": target, "drafter": drafter,
                                "execution": execution_info(tgt), **result.to_dict()}, ensure_ascii=False))
@@ -85,71 +77,3 @@ def generate(
         f"c={result.c:.3f}, f={result.theoretical_speedup():.2f}×",
         err=True,
     )
-
-
-@bench_app.command("engine")
-def bench_engine(
-    steps: int = typer.Option(300, help="Speculative steps to time."),
-    gamma: int = typer.Option(4, help="Tokens drafted per step."),
-) -> None:
-    """Overhead of one speculative step beyond its model forwards, on a tiny model."""
-    import json
-
-    from babelspec.bench import engine_overhead
-
-    typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
-
-
-@bench_app.command("forward")
-def bench_forward(
-    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
-    dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side."),
-    repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
-    max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
-    threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
-    forwards: str = typer.Option("lean,hf", help="Forward implementations side by side: lean "
-                                 "(babelspec's, where the family has one) and hf (Hugging Face's)."),
-) -> None:
-    """Decode and verify forward times per dtype, forward and block size 1..max-block; prints JSON."""
-    import json
-
-    import torch
-
-    from babelspec.bench import forward_costs
-    from babelspec.models import DTYPES
-
-    names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
-    bad = [d for d in names if d not in DTYPES]
-    if bad or not names:
-        raise typer.BadParameter(f"--dtypes takes {', '.join(DTYPES)}; got {dtypes!r}")
-    if max_block < 2 or repeats < 1:
-        raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
-    if threads:
-        torch.set_num_threads(threads)
-    from babelspec.models.lean import FORWARDS
-
-    impls = tuple(f.strip() for f in forwards.split(",") if f.strip())
-    if not impls or any(f not in FORWARDS for f in impls) or len(set(impls)) < len(impls):
-        raise typer.BadParameter(f"--forwards takes {', '.join(FORWARDS)} (each once); got {forwards!r}")
-    blocks = tuple(range(1, max_block + 1))
-    typer.echo(json.dumps(forward_costs(target, names, blocks, repeats, forwards=impls), indent=1))
-
-
-# --- sub-command groups owned by the other packages (one line each) ---
-from babelspec.distill.cli import distill_command  # noqa: E402
-app.command("distill")(distill_command)
-from babelspec.data.cli import data_app  # noqa: E402
-app.add_typer(data_app, name="data")
-from babelspec.experiments.cli import run_command  # noqa: E402
-app.command("run")(run_command)
-from babelspec.report.cli import report_command  # noqa: E402
-app.command("report")(report_command)
-from babelspec.ngram.cli import bench_ngram, ngram_app  # noqa: E402
-app.add_typer(ngram_app, name="ngram")
-bench_app.command("ngram")(bench_ngram)
-from babelspec.models.cli import bench_equivalence, bench_peers  # noqa: E402
-bench_app.command("peers")(bench_peers)
-bench_app.command("equivalence")(bench_equivalence)
-from babelspec.serve.cli import bench_serve_command, serve_command  # noqa: E402
-app.command("serve")(serve_command)
-bench_app.command("serve")(bench_serve_command)

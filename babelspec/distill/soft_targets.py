@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file, save
 
-from babelspec.fileio import sha256_file
+from babelspec.fileio import sha256_file, write_bytes_atomic, write_json_atomic
 
 FORMAT = "babelspec-topk-cache"
 VERSION = 1
@@ -56,23 +56,6 @@ class Example:
     @property
     def n_response(self) -> int:
         return int(self.topk_ids.shape[0])
-
-
-def _fsync_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    write(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    _fsync_write(Path(path), lambda p: p.write_text(json.dumps(obj, indent=2, sort_keys=True)))
 
 
 def pack_examples(examples: Sequence[Example]) -> dict[str, np.ndarray]:
@@ -159,7 +142,7 @@ class TopKCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         arrays = pack_examples(examples)
         path = self.shard_path(index)
-        _fsync_write(path, lambda p: save_file(arrays, str(p)))
+        write_bytes_atomic(path, save(arrays))
         self.manifest["shards"][str(index)] = {
             "file": path.name,
             "examples": len(examples),

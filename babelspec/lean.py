@@ -23,7 +23,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-
 FORWARDS = ("lean", "hf")
 FORWARD_ENV = "BABELSPEC_FORWARD"  # "hf" turns the lean forward off everywhere
 
@@ -43,7 +42,7 @@ def _gemma3_body(body: Any) -> bool:
             and config.hidden_activation in ("gelu_pytorch_tanh", "gelu"))  # fmt: skip
 
 
-def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True) -> "LeanGemma3 | None":
+def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True) -> LeanGemma3 | None:
     """The lean forward of ``model`` (a Gemma-3 text LM, or a restricted-head drafter over one),
     or None where Hugging Face's forward is used: other families, or ``forward="hf"``.
     ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``)."""
@@ -137,7 +136,7 @@ def _can_pack(weight: torch.Tensor) -> bool:
 # One packed copy per weight (or stack of weights) while any lean forward uses it (a self-drafter
 # shares the target's layers and output head): keyed by the weights' storage, shape and version,
 # dropped with its last user, which holds the weights themselves (so no key outlives them).
-_PACKED: "weakref.WeakValueDictionary[tuple, torch.Tensor]" = weakref.WeakValueDictionary()
+_PACKED: weakref.WeakValueDictionary[tuple, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def _packed(weights: tuple[torch.Tensor, ...]) -> torch.Tensor:

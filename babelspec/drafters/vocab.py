@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from babelspec.models.cache import cache_dir
 from babelspec.fileio import atomic_open
+from babelspec.models import cache_dir
+from babelspec.models.tokenizers import tokenizer_fingerprint
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -22,24 +23,20 @@ if TYPE_CHECKING:
 VOCAB_FORMAT = 1
 
 
-def tokenizer_fingerprint(tokenizer: "PreTrainedTokenizerBase") -> str:
+def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
     """A short hash that changes whenever the tokenizer's vocabulary or rules change."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        payload = backend.to_str().encode()
-    else:  # slow tokenizers: the vocabulary itself
-        payload = repr(sorted(tokenizer.get_vocab().items())).encode()
-    return hashlib.sha256(payload).hexdigest()[:16]
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    return (fingerprint["rules_sha256"] or fingerprint["vocab_sha256"])[:16]
 
 
-def special_token_ids(tokenizer: "PreTrainedTokenizerBase") -> list[int]:
+def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """EOS/BOS/PAD and friends: always drafted-for, so a draft can end a text."""
     ids = {tid for tid in (tokenizer.eos_token_id, tokenizer.bos_token_id) if tid is not None}
     return sorted(ids)
 
 
 def corpus_token_ids(
-    texts: Iterable[str], tokenizer: "PreTrainedTokenizerBase", *, batch_size: int = 1024
+    texts: Iterable[str], tokenizer: PreTrainedTokenizerBase, *, batch_size: int = 1024
 ) -> np.ndarray:
     """Sorted unique token ids of ``texts`` (tokenised without special tokens), plus specials."""
     seen = np.zeros(len(tokenizer), dtype=bool)
@@ -61,7 +58,7 @@ def corpus_token_ids(
     return np.flatnonzero(seen).astype(np.int64)
 
 
-def language_token_ids(lang: str, tokenizer: "PreTrainedTokenizerBase") -> np.ndarray:
+def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     """Token ids that occur in the language's monolingual train split (cached)."""
     from babelspec.data.corpus import monolingual
     from babelspec.data.languages import get_language
@@ -74,7 +71,7 @@ def language_token_ids(lang: str, tokenizer: "PreTrainedTokenizerBase") -> np.nd
     for text in texts:
         digest.update(text.encode())
         digest.update(b"\0")
-    key = f"{code}-{tokenizer_fingerprint(tokenizer)}-{digest.hexdigest()[:12]}-v{VOCAB_FORMAT}"
+    key = f"{code}-{_tokenizer_key(tokenizer)}-{digest.hexdigest()[:12]}-v{VOCAB_FORMAT}"
     path = cache_dir() / "vocab" / f"{key}.npy"
     if path.is_file():
         return np.load(path)

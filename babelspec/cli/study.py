@@ -1,4 +1,4 @@
-"""``babelspec run``: the experiment grid, resumable, with a progress bar."""
+"""``babelspec run`` (the experiment grid, resumable, with a progress bar) and ``babelspec report``."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def run_command(
     if ray_workers is not None:
         cfg.ray_workers = ray_workers
     from babelspec.experiments.executors import ExecutorError
-    from babelspec.experiments.runner import dry_run as plan_run, install_router as install, run_experiment
+    from babelspec.experiments.runner import dry_run as plan_run
+    from babelspec.experiments.runner import install_router as install
+    from babelspec.experiments.runner import run_experiment
 
     def log(msg: str) -> None:
         typer.echo(msg, err=True)
@@ -54,3 +56,17 @@ def run_command(
         if dest:
             log(f"router installed at {dest} (used by `babelspec generate --drafter auto --lang L`)")
     typer.echo(str(out))
+
+
+def report_command(
+    run_dir: Path = typer.Argument(..., help="A run directory written by `babelspec run -o DIR`."),
+    out: Path = typer.Option(None, "--out", "-o", help="Where to write the report (default: the run directory)."),
+) -> None:
+    """Write report.md (+ figures/) and a self-contained report.html for a run."""
+    from babelspec.report import build_report
+
+    try:
+        paths = build_report(run_dir, out)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="RUN_DIR") from exc
+    typer.echo(f"wrote {paths['markdown']} and {paths['html']}")

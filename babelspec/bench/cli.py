@@ -1,10 +1,62 @@
-"""``babelspec bench peers`` and ``babelspec bench equivalence`` (registered on ``bench_app``)."""
+"""``babelspec bench ...``: every benchmark command; each prints one JSON object."""
 
 from __future__ import annotations
+
+import json
 
 import typer
 
 from babelspec.models.presets import DEFAULT_TARGET
+
+bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
+
+
+@bench_app.command("engine")
+def bench_engine(
+    steps: int = typer.Option(300, help="Speculative steps to time."),
+    gamma: int = typer.Option(4, help="Tokens drafted per step."),
+) -> None:
+    """Overhead of one speculative step beyond its model forwards, on a tiny model."""
+    import json
+
+    from babelspec.bench.engine import engine_overhead
+
+    typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
+
+
+@bench_app.command("forward")
+def bench_forward(
+    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side."),
+    repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
+    max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
+    threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
+    forwards: str = typer.Option("lean,hf", help="Forward implementations side by side: lean "
+                                 "(babelspec's, where the family has one) and hf (Hugging Face's)."),
+) -> None:
+    """Decode and verify forward times per dtype, forward and block size 1..max-block; prints JSON."""
+    import json
+
+    import torch
+
+    from babelspec.bench.forward import forward_costs
+    from babelspec.models import DTYPES
+
+    names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
+    bad = [d for d in names if d not in DTYPES]
+    if bad or not names:
+        raise typer.BadParameter(f"--dtypes takes {', '.join(DTYPES)}; got {dtypes!r}")
+    if max_block < 2 or repeats < 1:
+        raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
+    if threads:
+        torch.set_num_threads(threads)
+    from babelspec.lean import FORWARDS
+
+    impls = tuple(f.strip() for f in forwards.split(",") if f.strip())
+    if not impls or any(f not in FORWARDS for f in impls) or len(set(impls)) < len(impls):
+        raise typer.BadParameter(f"--forwards takes {', '.join(FORWARDS)} (each once); got {forwards!r}")
+    blocks = tuple(range(1, max_block + 1))
+    typer.echo(json.dumps(forward_costs(target, names, blocks, repeats, forwards=impls), indent=1))
 
 
 def _langs(value: str, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -24,6 +76,7 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
+@bench_app.command("peers")
 def bench_peers(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
     langs: str = typer.Option("", help="Comma-separated language codes (default: all 11; --quick: amh,npi,yor)."),
@@ -44,7 +97,7 @@ def bench_peers(
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
     import json
 
-    from babelspec.models.peers import DEFAULT_LANGS, QUICK_LANGS, PeersConfig, peers
+    from babelspec.bench.peers import DEFAULT_LANGS, QUICK_LANGS, PeersConfig, peers
 
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
     bad = [m for m in mode_list if m not in ("greedy", "sample")]
@@ -82,6 +135,7 @@ def bench_peers(
     typer.echo(text)
 
 
+@bench_app.command("equivalence")
 def bench_equivalence(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
     langs: str = typer.Option("", help="Comma-separated language codes (default: all 11)."),
@@ -99,8 +153,8 @@ def bench_equivalence(
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""
     import json
 
-    from babelspec.models import load_target
-    from babelspec.models.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
+    from babelspec.bench.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
+    from babelspec.target import load_target
 
     try:
         tgt = load_target(target, dtype=dtype, attention=attention)
@@ -117,3 +171,46 @@ def bench_equivalence(
     typer.echo(json.dumps(report, indent=1))
     if not report["all_equal"] and report["execution"]["mode"] == "exact":
         raise typer.Exit(1)
+
+
+@bench_app.command("ngram")
+def bench_ngram(
+    tokens: int = typer.Option(10_000_000, help="Synthetic tokens to count (Zipf-distributed)."),
+    vocab: int = typer.Option(262_144, help="Vocabulary of the synthetic corpus (Gemma-3's by default)."),
+    order: int = typer.Option(2, help="n of the model counted."),
+    proposals: int = typer.Option(20_000, help="γ = 4 proposals to time."),
+    corpus: str | None = typer.Option(
+        None, help="Also time proposals on a model of this corpus (language code) with the default tokenizer."
+    ),
+) -> None:
+    """Counting throughput, proposal latency, file size and memory of the n-gram drafter."""
+    from babelspec.bench.ngram import run_bench
+
+    try:
+        result = run_bench(n_tokens=tokens, vocab=vocab, order=order, proposals=proposals, corpus=corpus)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    typer.echo(json.dumps(result))
+
+
+@bench_app.command("serve")
+def bench_serve_command(
+    target: str = typer.Option("gemma-3-270m", help="Target model."),
+    drafters: str = typer.Option("none,auto", help="Comma-separated drafter specs to compare (one server)."),
+    router: str | None = typer.Option(None, help="Router file for auto."),
+    clients: int = typer.Option(4, min=1, help="Concurrent clients."),
+    requests: int = typer.Option(16, min=1, help="Requests per drafter."),
+    max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
+    langs: str = typer.Option("npi,amh,yor", help="Languages of the prompts (translation task), detected by the server."),
+    port: int = typer.Option(0, help="Port (0: a free one)."),
+    threads: int = typer.Option(0, min=0, help="The server's torch CPU threads (0: torch's default)."),
+) -> None:
+    """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
+    import json
+
+    from babelspec.bench.serve import bench_serve
+
+    figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
+                          clients=clients, requests=requests, max_tokens=max_tokens,
+                          langs=[x for x in langs.split(",") if x], port=port, threads=threads)  # fmt: skip
+    typer.echo(json.dumps(figures))

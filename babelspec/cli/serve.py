@@ -32,14 +32,14 @@ def serve_command(
         typer.echo(f"error: babelspec serve needs its extra ({err.name} is missing): pip install 'babelspec[serve]'",
                    err=True)  # fmt: skip
         raise typer.Exit(2) from None
-    from babelspec.serve.worker import Worker, is_auto
+    from babelspec.serve.scheduler import Worker, is_auto
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
+        from babelspec.data.langid import OutputChecker
         from babelspec.drafters import make_drafter
-        from babelspec.experiments.checks import OutputChecker
-        from babelspec.models import load_target
         from babelspec.serve.protocol import APIError
+        from babelspec.target import load_target
 
         if threads:
             import torch
@@ -61,25 +61,3 @@ def serve_command(
     print(f"babelspec serve: {served_model_name or target} with drafter {worker.default_drafter} on "
           f"http://{host}:{port}/v1", file=sys.stderr, flush=True)  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
-
-
-def bench_serve_command(
-    target: str = typer.Option("gemma-3-270m", help="Target model."),
-    drafters: str = typer.Option("none,auto", help="Comma-separated drafter specs to compare (one server)."),
-    router: str | None = typer.Option(None, help="Router file for auto."),
-    clients: int = typer.Option(4, min=1, help="Concurrent clients."),
-    requests: int = typer.Option(16, min=1, help="Requests per drafter."),
-    max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
-    langs: str = typer.Option("npi,amh,yor", help="Languages of the prompts (translation task), detected by the server."),
-    port: int = typer.Option(0, help="Port (0: a free one)."),
-    threads: int = typer.Option(0, min=0, help="The server's torch CPU threads (0: torch's default)."),
-) -> None:
-    """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
-    import json
-
-    from babelspec.serve.bench import bench_serve
-
-    figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
-                          clients=clients, requests=requests, max_tokens=max_tokens,
-                          langs=[x for x in langs.split(",") if x], port=port, threads=threads)  # fmt: skip
-    typer.echo(json.dumps(figures))

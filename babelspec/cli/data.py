@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -42,9 +41,9 @@ def _count_tokens(tokenizer, texts: list[str]) -> int:
 
 @data_app.command("list")
 def list_cmd(
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Count tokens under this tokenizer (path or preset)."),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Count tokens under this tokenizer (path or preset)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
-    data_root: Optional[Path] = typer.Option(None, "--data-root",
+    data_root: Path | None = typer.Option(None, "--data-root",
                                              help="List the real sets in their published layouts under this folder instead of the bundled data."),
 ) -> None:
     """Per language and source: texts, words (and tokens), domain; train/test sizes."""
@@ -179,7 +178,7 @@ def prompts_cmd(
     tokenizer: str = typer.Option("gemma-3-270m", "--tokenizer", help="Tokenizer (path or preset)."),
     n: int = typer.Option(2, "-n"),
     split: str = typer.Option("test", "--split"),
-    chat: Optional[bool] = typer.Option(None, "--chat/--base", help="Template family (default: from the tokenizer)."),
+    chat: bool | None = typer.Option(None, "--chat/--base", help="Template family (default: from the tokenizer)."),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Render a task's prompts for a language, with their token counts."""
@@ -207,7 +206,7 @@ def prompts_cmd(
 @data_app.command("build")
 def build_cmd(
     out: Path = typer.Option(Path("data"), "--out", "-o", help="Where to write the dataset."),
-    download_dir: Optional[Path] = typer.Option(None, "--download-dir",
+    download_dir: Path | None = typer.Option(None, "--download-dir",
                                                 help="Keep (and reuse) downloads here instead of a temporary folder."),
     topics: bool = typer.Option(True, "--topics/--no-topics", help="Also rebuild data/topics.json."),
 ) -> None:

@@ -15,13 +15,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from babelspec.distill.cache import write_json_atomic
-from babelspec.distill.students import (
+from babelspec.drafters.students import (
     Student,
     StudentSpec,
     embedding_fingerprint,
     load_trained,
 )
+from babelspec.fileio import write_json_atomic
 
 FORMAT = "babelspec-distilled-drafter"
 VERSION = 1

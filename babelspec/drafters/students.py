@@ -45,7 +45,7 @@ class StudentSpec:
     path: str = ""  # for "model"
 
     @classmethod
-    def parse(cls, spec: str) -> "StudentSpec":
+    def parse(cls, spec: str) -> StudentSpec:
         prefix, _, arg = spec.partition(":")
         if prefix == "self":
             if "@" in arg:  # the drafter spelling self:K@LANG: the language comes from --lang
@@ -54,7 +54,7 @@ class StudentSpec:
             try:
                 layers = int(layer_text)
             except ValueError:
-                raise StudentSpecError(f"{spec!r}: K in self:K must be an integer; {SPEC_HELP}")
+                raise StudentSpecError(f"{spec!r}: K in self:K must be an integer; {SPEC_HELP}") from None
             head = "full"
             for option in options:
                 key, _, value = option.partition("=")
@@ -217,9 +217,9 @@ def build_student(spec: StudentSpec, target_model: nn.Module,
                       else target_model.get_input_embeddings().weight)[kept_ids]
             return Student(RestrictedHeadLM(body, kept_ids, weight, full_vocab), spec, full_vocab)
         return Student(body, spec, full_vocab)
-    from babelspec.distill.teacher import load_causal_lm
+    from babelspec.models import load_model
 
-    model = load_causal_lm(spec.path, dtype=next(target_model.parameters()).dtype)[0]  # the teacher's
+    model = load_model(spec.path, dtype=next(target_model.parameters()).dtype)[0]  # the teacher's
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if vocab != full_vocab:
         raise StudentSpecError(
@@ -234,9 +234,9 @@ def load_trained(state: dict[str, torch.Tensor], spec: StudentSpec, target_model
                  model_dir: Path | None = None) -> Student:
     """Rebuild a distilled student from its saved tensors on top of ``target_model``."""
     if spec.kind == "model":
-        from babelspec.distill.teacher import load_causal_lm
+        from babelspec.models import load_model
 
-        model = load_causal_lm(str(model_dir), dtype=next(target_model.parameters()).dtype)[0]
+        model = load_model(str(model_dir), dtype=next(target_model.parameters()).dtype)[0]
         return Student(model, spec, int(model.get_output_embeddings().weight.shape[0]))
     kept = state.pop("kept_ids", None)
     student = build_student(spec, target_model, kept_ids=kept)

@@ -70,7 +70,7 @@ class LlamaCppModel:
 def smoke_test(spec: str) -> None:
     """Prefill 8 tokens and decode 2 in a child process: a llama.cpp built for instructions this CPU (or
     its virtual machine) does not execute dies of SIGILL, which must not take the caller along."""
-    code = ("from babelspec.models.llamacpp import _open; "
+    code = ("from babelspec.bench.llamacpp import _open; "
             f"m = _open({spec!r}, 1, 64); m.generate([m.llama.token_bos()] * 8, 2); m.close()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode < 0:

@@ -175,7 +175,7 @@ def corpus_texts(lang: str, split: str = "train", max_chars: int = 400_000) -> l
 def english_texts(max_chars: int = 400_000) -> list[str]:
     """The English side of the bundled parallel train splits (empty if none)."""
     from babelspec.data import corpus  # type: ignore
-    from babelspec.experiments.config import PAPER_LANGUAGES
+    from babelspec.data.languages import PAPER_LANGUAGES
 
     texts, total = [], 0
     for lang in PAPER_LANGUAGES:
@@ -211,7 +211,7 @@ class OutputChecker:
     @classmethod
     def from_corpora(cls, languages: list[str], **kwargs) -> "OutputChecker":
         """Train the classifier on every bundled language (not only the requested ones)."""
-        from babelspec.experiments.config import PAPER_LANGUAGES
+        from babelspec.data.languages import PAPER_LANGUAGES
 
         texts = {}
         for lang in dict.fromkeys([*PAPER_LANGUAGES, *languages]):

@@ -34,7 +34,7 @@ def default_drafters(n_layers: int) -> list[str]:
 
 
 # Per-language n-grams built for the benchmark: the paper's bigram on the bundled train split,
-# and the bigram distilled from the target's distributions over it (babelspec.ngram.distill).
+# and the bigram distilled from the target's distributions over it (babelspec.distill.ngram).
 LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@")
 
 
@@ -57,9 +57,9 @@ def _build_drafter(spec: str, full: str, target: Any, lang: str) -> Any:
 def language_ngram(spec: str, target: Any) -> Any:
     """The drafter of a filled ``bigram@LANG`` / ``distilled-bigram@LANG`` spec, built in memory."""
     from babelspec.data.corpus import monolingual
+    from babelspec.distill.ngram import distil_texts
     from babelspec.drafters.ngram import NgramDrafter
     from babelspec.ngram import CountConfig, train
-    from babelspec.ngram.distill import distil_texts
 
     kind, _, lang = spec.partition("@")
     texts = monolingual(lang, "train")
@@ -168,7 +168,7 @@ def equivalence(target: Any, prompts: list[PromptItem], drafters: list[str], *,
     """Greedy babelspec with each drafter spec against HF ``generate`` greedy, token for token,
     and each speculative run against babelspec's greedy plain decoding of the same prompt."""
     from babelspec.engine import generate
-    from babelspec.models.machine import execution_info
+    from babelspec.machine import execution_info
 
     started = time.perf_counter()
     report = EquivalenceReport(len(prompts), sorted({p.lang for p in prompts}), drafters,
@@ -301,9 +301,8 @@ def _median(values: list[float]) -> float | None:
 def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     from babelspec.drafters import make_drafter
     from babelspec.drafters.selfdraft import num_layers, truncated_model
-    from babelspec.models import load_target
-
-    from babelspec.models.machine import execution_info
+    from babelspec.machine import execution_info
+    from babelspec.target import load_target
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -311,7 +310,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     tokenizer = target.tokenizer
     llama, llama_note = None, "not requested"
     if cfg.llama_cpp:
-        from babelspec.models.llamacpp import LlamaCppUnavailable, open_llama_cpp
+        from babelspec.bench.llamacpp import LlamaCppUnavailable, open_llama_cpp
 
         try:
             llama = open_llama_cpp(cfg.target, threads=torch.get_num_threads())

@@ -99,8 +99,8 @@ def distil_command(
     output: Path = typer.Option(..., "--output", "-o", help="The n-gram file to write."),
 ) -> None:
     """Count a bigram on the target's own next-token distributions (a distilled n-gram drafter)."""
+    from babelspec.distill.ngram import DistillConfig, distil_texts
     from babelspec.ngram.corpus import corpus_texts
-    from babelspec.ngram.distill import DistillConfig, distil_texts
     from babelspec.sampling import SamplingConfig
 
     if task not in ("", "translation", "story"):
@@ -113,7 +113,7 @@ def distil_command(
         texts, name = corpus_texts(corpus, "train")
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--corpus") from None
-    from babelspec.models import load_target
+    from babelspec.target import load_target
 
     try:
         tgt = load_target(target, dtype=dtype)
@@ -166,22 +166,3 @@ def stats_command(
             f"{t['mean_continuations']:.2f} per context"
         )
     typer.echo(f"  {stats['triples']:,} triples; {stats['file_bytes'] / max(stats['raw_triples_bytes'], 1):.2f}× their raw int32 size")
-
-
-def bench_ngram(
-    tokens: int = typer.Option(10_000_000, help="Synthetic tokens to count (Zipf-distributed)."),
-    vocab: int = typer.Option(262_144, help="Vocabulary of the synthetic corpus (Gemma-3's by default)."),
-    order: int = typer.Option(2, help="n of the model counted."),
-    proposals: int = typer.Option(20_000, help="γ = 4 proposals to time."),
-    corpus: str | None = typer.Option(
-        None, help="Also time proposals on a model of this corpus (language code) with the default tokenizer."
-    ),
-) -> None:
-    """Counting throughput, proposal latency, file size and memory of the n-gram drafter."""
-    from babelspec.ngram.bench import run_bench
-
-    try:
-        result = run_bench(n_tokens=tokens, vocab=vocab, order=order, proposals=proposals, corpus=corpus)
-    except ValueError as err:
-        raise typer.BadParameter(str(err)) from None
-    typer.echo(json.dumps(result))

@@ -148,7 +148,7 @@ def distil(target: Any, *, sampling: SamplingConfig, config: DistillConfig = Dis
     ``tokenizer``): general mode over ``monolingual`` (tokenised texts, also the corpus counts
     when ``config.corpus_weight`` > 0) and task mode over ``responses`` ((prompt + response ids,
     where the response starts) pairs, e.g. from ``task_responses``)."""
-    from babelspec.ngram.corpus import tokenizer_fingerprint
+    from babelspec.models.tokenizers import tokenizer_fingerprint
 
     out = Observations(config.order)
     if config.max_tokens and monolingual:

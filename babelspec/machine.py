@@ -1,0 +1,165 @@
+"""What a measurement ran on: dtype (exact or fast mode), threads, device and CPU model.
+
+Every speed figure depends on these, so benchmarks and runs record them beside their numbers.
+
+Each generation of a study carries a machine fingerprint. Wall-clock ratios are only meaningful
+between generations measured on the same kind of machine (same CPU model or GPU, same dtype,
+same thread count), so the report pairs and groups speed figures by ``machine_kind`` and never
+divides a time from one kind by a time from another. The host name is kept for diagnosis but is
+not part of the kind: two nodes with the same hardware and settings measure the same thing.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# float32 is the exact mode: greedy speculative output equals greedy plain (and HF) output, held
+# by the equivalence tests. bfloat16 is the fast mode: a verification forward of k tokens and k
+# one-token forwards may round differently, so near-ties can flip (agreement rate measured by
+# ``babelspec bench equivalence --dtype bfloat16``).
+EXACT_DTYPES = ("float32", "float64")
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (``avx512_bf16``, ``amx_bf16``, ...); empty where none can be read."""
+    try:
+        with open(cpuinfo) as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The CPU's marketing name (``/proc/cpuinfo`` on Linux, ``platform`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """``bfloat16`` for ``torch.bfloat16`` (and for the string ``"bfloat16"``)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def precision_mode(dtype: torch.dtype | str) -> str:
+    """``exact`` (float32) or ``fast`` (bfloat16, float16)."""
+    return "exact" if dtype_name(dtype) in EXACT_DTYPES else "fast"
+
+
+def model_dtype(model: torch.nn.Module) -> torch.dtype:
+    return next(model.parameters()).dtype
+
+
+def execution_info(target: Any = None, dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """``{"dtype", "mode", "threads", "device", "cpu"}`` for a target (a ``CausalLM``) or dtype."""
+    import torch
+
+    if dtype is None and target is not None:
+        dtype = model_dtype(target.model)
+    device = getattr(target, "device", torch.device("cpu"))
+    info: dict[str, Any] = {
+        "dtype": dtype_name(dtype) if dtype is not None else "",
+        "mode": precision_mode(dtype) if dtype is not None else "",
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "cpu": cpu_model(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
+
+
+def describe(info: dict[str, Any]) -> str:
+    """One line for a report: ``bfloat16 (fast mode), 2 threads, AMD EPYC ...``."""
+    if not info:
+        return "dtype, threads and CPU not recorded"
+    where = info.get("gpu") or info.get("cpu", "")
+    return (f"{info.get('dtype', '?')} ({info.get('mode', '?')} mode), "
+            f"{info.get('threads', '?')} threads, {where}")
+
+
+def machine_fingerprint(target: Any = None) -> dict[str, Any]:
+    """host, device (GPU name or CPU model), dtype of the target's weights, torch threads."""
+    import torch
+
+    device = getattr(target, "device", None)
+    if device is not None and getattr(device, "type", "") == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        name = cpu_model()
+    dtype = ""
+    model = getattr(target, "model", None)
+    if model is not None:
+        try:
+            dtype = dtype_name(model_dtype(model))
+        except StopIteration:
+            pass
+    return {"host": socket.gethostname(), "device": name, "dtype": dtype,
+            "threads": torch.get_num_threads()}  # fmt: skip
+
+
+def machine_kind(machine: dict[str, Any] | None) -> str:
+    """The part of a fingerprint that determines speed: device, dtype, threads ("" if unknown)."""
+    if not machine:
+        return ""
+    return f"{_device(machine)} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+
+
+def _device(machine: dict[str, Any]) -> str:
+    """The GPU's name, else the CPU model (older fingerprints: the ``cpu`` field)."""
+    return machine.get("gpu") or machine.get("device") or machine.get("cpu", "")
+
+
+def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The machine kinds a run's generations were measured on, most generations first:
+    ``{"kind", "device", "dtype", "mode", "threads", "generations", "hosts"}`` each."""
+    kinds: dict[str, dict[str, Any]] = {}
+    for machine in machines:
+        if not machine:
+            continue
+        kind = machine_kind(machine)
+        entry = kinds.setdefault(kind, {
+            "kind": kind, "device": _device(machine),
+            "dtype": machine.get("dtype", ""),
+            "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
+            "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
+        entry["generations"] += 1
+        entry["hosts"].add(machine.get("host", ""))
+    out = sorted(kinds.values(), key=lambda e: -e["generations"])
+    for entry in out:
+        entry["hosts"] = sorted(entry["hosts"])
+    return out
+
+
+def describe_machines(summary: list[dict[str, Any]]) -> str:
+    """One line for a report: what the generations' speed figures were measured on."""
+
+    def one(e: dict[str, Any]) -> str:
+        hosts = len(e["hosts"])
+        where = f" on {hosts} hosts" if hosts > 1 else ""
+        threads = f"{e['threads']} thread{'' if e['threads'] == 1 else 's'}"
+        return f"{e['dtype']} ({e['mode']} mode), {threads} per generation, {e['device']}{where}"
+
+    if len(summary) == 1:
+        return one(summary[0])
+
+    def count(n: int) -> str:
+        return f"{n} generation{'' if n == 1 else 's'}"
+
+    parts = "; ".join(f"{one(e)} ({count(e['generations'])})" for e in summary)
+    return f"{len(summary)} machine kinds (speed ratios only within one): {parts}"
