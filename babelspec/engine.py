@@ -15,7 +15,7 @@ import torch
 
 from babelspec.drafters.base import Draft, Drafter, check_vocabulary
 from babelspec.sampling import Probs, SamplingConfig, warp
-from babelspec.speedup import theoretical_speedup
+from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
 
 
@@ -54,8 +54,7 @@ class GenerationResult:
         """Acceptance rate as the paper's code defines it: matched / (matched + rejections).
 
         Tokens after the first rejection in a step are never judged, so they do not count."""
-        judged = self.accepted + self.rejections
-        return self.accepted / judged if judged else float("nan")
+        return acceptance_rate(self.accepted, self.rejections)
 
     @property
     def alpha_token(self) -> float:

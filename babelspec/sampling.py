@@ -13,6 +13,22 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+# The paper's decoding settings (``SamplingConfig.paper``): every default of the CLI and server.
+PAPER_TOP_K = 100
+PAPER_TOP_P = 0.9
+PAPER_REPETITION_PENALTY = 1.1
+PAPER_REPETITION_WINDOW = 16
+
+
+def nucleus_size(weights: np.ndarray, top_p: float, cumulative: np.ndarray | None = None) -> int:
+    """How many of ``weights`` (sorted in descending order, not normalised) the top-p rule keeps.
+
+    A token is dropped once the mass before it reaches ``top_p`` of the total; the first always
+    stays. ``cumulative`` is ``np.cumsum(weights)`` where the caller has it already."""
+    if cumulative is None:
+        cumulative = np.cumsum(weights, dtype=np.float64)
+    return max(1, int(np.searchsorted(cumulative - weights, top_p * cumulative[-1], side="left")))
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -41,9 +57,17 @@ class SamplingConfig:
             raise ValueError(f"repetition_window must be >= 0 (got {self.repetition_window})")
 
     @classmethod
-    def paper(cls, seed: int = 0) -> SamplingConfig:
-        """The paper's decoding settings: top-k 100, top-p 0.9, penalty 1.1 over 16 tokens."""
-        return cls(top_k=100, top_p=0.9, repetition_penalty=1.1, repetition_window=16, seed=seed)
+    def paper(cls, seed: int = 0, *, greedy: bool = False, repetition_penalty: float | None = None,
+              **overrides) -> SamplingConfig:
+        """The paper's decoding settings: top-k 100, top-p 0.9, penalty 1.1 over 16 tokens.
+
+        ``greedy`` decodes by arg-max with the penalty off unless ``repetition_penalty`` is
+        given; ``overrides`` replace any other field (``temperature``, ``top_k``, ...)."""
+        if repetition_penalty is None:
+            repetition_penalty = 1.0 if greedy else PAPER_REPETITION_PENALTY
+        fields = {"top_k": PAPER_TOP_K, "top_p": PAPER_TOP_P, "repetition_window": PAPER_REPETITION_WINDOW,
+                  **overrides}
+        return cls(greedy=greedy, repetition_penalty=repetition_penalty, seed=seed, **fields)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -297,7 +321,7 @@ def _warp_row(x: np.ndarray, window: np.ndarray | None, config: SamplingConfig) 
     if config.top_p < 1.0:
         # Drop a token when the mass before it already reaches top_p (the first always stays);
         # the row is sorted, so the mass before each token grows along it.
-        kept = max(1, int(np.searchsorted(cumulative - weights, config.top_p * cumulative[-1], side="left")))
+        kept = nucleus_size(weights, config.top_p, cumulative)
         return weights[:kept] / np.float32(cumulative[kept - 1]), ids[:kept]
     return weights / np.float32(cumulative[-1]), ids
 

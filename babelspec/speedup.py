@@ -13,6 +13,14 @@ from __future__ import annotations
 import math
 
 
+def acceptance_rate(matched: int, rejections: int) -> float:
+    """Acceptance α as the paper's code defines it: matched / (matched + rejections); NaN when
+    nothing was judged. Tokens after a step's first rejection are never judged, so they do not
+    count. Pooled over generations, pass the sums."""
+    judged = matched + rejections
+    return matched / judged if judged else math.nan
+
+
 def expected_tokens_per_step(alpha: float, gamma: float) -> float:
     """E[tokens per verification] = (1 - a^(g+1)) / (1 - a); the limit g + 1 as a -> 1."""
     if gamma <= 0:

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from babelspec.models.presets import DEFAULT_TARGET
+from babelspec.numeric import json_number, median
 
 DEFAULT_LANGS = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
 QUICK_LANGS = ("amh", "npi", "yor")
@@ -294,8 +295,8 @@ def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig,
 
 
 def _median(values: list[float]) -> float | None:
-    values = [v for v in values if v == v]
-    return round(statistics.median(values), 4) if values else None
+    """The median of the measured values (NaN: not measured), for JSON."""
+    return json_number(median(v for v in values if v == v), 4)
 
 
 def peers(cfg: PeersConfig, progress: bool = True) -> dict:

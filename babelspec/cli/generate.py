@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from babelspec.sampling import PAPER_REPETITION_PENALTY, PAPER_REPETITION_WINDOW, PAPER_TOP_K, PAPER_TOP_P
+
 DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
               "else float32), bfloat16 (fast mode) or float32 (exact mode: greedy speculative == plain).")
 
@@ -17,11 +19,12 @@ def generate(
         None, help="Tokens drafted per step (γ); default: the router's choice with --drafter auto, else 4."),
     greedy: bool = typer.Option(False, "--greedy", help="Arg-max decoding."),
     temperature: float = typer.Option(1.0, help="Sampling temperature."),
-    top_k: int = typer.Option(100, help="Top-k filter (0 = off); the paper uses 100."),
-    top_p: float = typer.Option(0.9, help="Top-p (nucleus) filter (1 = off); the paper uses 0.9."),
+    top_k: int = typer.Option(PAPER_TOP_K, help="Top-k filter (0 = off); the paper's by default."),
+    top_p: float = typer.Option(PAPER_TOP_P, help="Top-p (nucleus) filter (1 = off); the paper's by default."),
     repetition_penalty: float | None = typer.Option(
-        None, help="Windowed repetition penalty (1 = off); default 1.1 when sampling (the paper's), 1 with --greedy."),
-    repetition_window: int = typer.Option(16, help="Window of the repetition penalty, in tokens."),
+        None, help=f"Windowed repetition penalty (1 = off); default {PAPER_REPETITION_PENALTY} when sampling "
+                   "(the paper's), 1 with --greedy."),
+    repetition_window: int = typer.Option(PAPER_REPETITION_WINDOW, help="Window of the repetition penalty, in tokens."),
     seed: int = typer.Option(0, help="Seed of the sampling generator."),
     max_new_tokens: int = typer.Option(128, help="Most tokens to generate."),
     lang: str | None = typer.Option(None, help="Language code, for drafters that depend on it (auto, self:K@LANG)."),
@@ -36,11 +39,9 @@ def generate(
     from babelspec.sampling import SamplingConfig
 
     try:
-        if repetition_penalty is None:
-            repetition_penalty = 1.0 if greedy else 1.1
-        sampling = SamplingConfig(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
-                                  repetition_penalty=repetition_penalty,
-                                  repetition_window=repetition_window, seed=seed)
+        sampling = SamplingConfig.paper(seed, greedy=greedy, repetition_penalty=repetition_penalty,
+                                        temperature=temperature, top_k=top_k, top_p=top_p,
+                                        repetition_window=repetition_window)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if gamma is not None and gamma < 1:
@@ -49,14 +50,14 @@ def generate(
         raise typer.BadParameter(f"--max-new-tokens must be >= 0 (got {max_new_tokens})")
     try:
         from babelspec.drafters import make_drafter
+        from babelspec.drafters.base import resolve_gamma
         from babelspec.target import load_target
 
         tgt = load_target(target, dtype=dtype)
         context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
         drf = make_drafter(drafter, tgt, **context)
         prompt_ids = tgt.tokenizer(prompt)["input_ids"]
-        if gamma is None:
-            gamma = drf.preferred_gamma or 4
+        gamma = resolve_gamma(gamma, drf)
         result = run_generation(tgt, drf, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens,
                                 sampling=sampling, stop_strings=tuple(stop or ()))
     except (ValueError, FileNotFoundError) as err:

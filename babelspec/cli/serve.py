@@ -32,7 +32,7 @@ def serve_command(
         typer.echo(f"error: babelspec serve needs its extra ({err.name} is missing): pip install 'babelspec[serve]'",
                    err=True)  # fmt: skip
         raise typer.Exit(2) from None
-    from babelspec.serve.scheduler import Worker, is_auto
+    from babelspec.serve.scheduler import Scheduler, is_auto
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -49,7 +49,7 @@ def serve_command(
         if not is_auto(drafter):
             make_drafter(drafter, tgt)  # a bad spec fails now, not on the first request
         detector = OutputChecker.from_corpora([], use_langid=False).classifier
-        worker = Worker(tgt, served_model_name or target, drafter=drafter, router=router, queue_size=queue_size,
+        worker = Scheduler(tgt, served_model_name or target, drafter=drafter, router=router, queue_size=queue_size,
                         request_timeout=request_timeout, detector=detector)  # fmt: skip
     except APIError as err:
         typer.echo(f"error: {err.message}", err=True)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from babelspec.drafters.base import Draft, Drafter
+from babelspec.numeric import finite_or
 from babelspec.routing import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
-from babelspec.speedup import theoretical_speedup
+from babelspec.speedup import acceptance_rate, theoretical_speedup
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
     from babelspec.target import Target
 
 WARMUP_STEPS = 8  # judged steps before the online estimate may switch drafting off
-
-
-def _finite_or(x: float, default: float) -> float:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else default
 
 
 class RoutedDrafter(Drafter):
@@ -83,10 +80,10 @@ class RoutedDrafter(Drafter):
         them: then verification counts 1 and a draft forward the route's c)."""
         if not self.judged_steps:
             return math.nan
-        alpha = self.matched / max(1, self.matched + self.rejections)
+        alpha = finite_or(acceptance_rate(self.matched, self.rejections), 0.0)
         gamma = self.drafted / self.judged_steps  # tokens actually drafted per step
-        verify = _finite_or(self.route.verify_cost, 1.0)
-        draft = _finite_or(self.route.draft_cost, _finite_or(self.route.c, math.nan))
+        verify = finite_or(self.route.verify_cost, 1.0)
+        draft = finite_or(self.route.draft_cost, finite_or(self.route.c, math.nan))
         return theoretical_speedup(alpha, gamma, draft, verify)
 
     def forward_seconds(self) -> list[float]:

@@ -92,6 +92,15 @@ class NoDrafter(Drafter):
         pass
 
 
+DEFAULT_GAMMA = 4  # tokens drafted per step when neither the request nor the drafter says
+
+
+def resolve_gamma(requested: int | None, drafter: Drafter) -> int:
+    """The γ to draft with: the one asked for, else the drafter's preferred one (``auto``: the
+    router's), else ``DEFAULT_GAMMA``."""
+    return requested or getattr(drafter, "preferred_gamma", None) or DEFAULT_GAMMA
+
+
 def check_vocabulary(drafter: Drafter, target, *, name: str | None = None) -> None:
     """Raise ``ValueError`` unless the drafter drafts in the target's vocabulary."""
     if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:

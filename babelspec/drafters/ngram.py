@@ -26,7 +26,7 @@ import torch
 
 from babelspec.drafters.base import Draft, Drafter
 from babelspec.ngram.model import NgramModel
-from babelspec.sampling import Probs, SamplingConfig
+from babelspec.sampling import Probs, SamplingConfig, nucleus_size
 
 if TYPE_CHECKING:
     from babelspec.target import Target
@@ -308,13 +308,8 @@ class NgramDrafter(Drafter):
         top_k, top_p = self._cut
         if top_k:
             counts = counts[:top_k]
-        if top_p < 1.0:
-            # As in sampling.logits_to_probs: drop a token once the mass before it reaches top_p.
-            total, before, keep = sum(counts), 0, 0
-            while keep < len(counts) and before < top_p * total:
-                before += counts[keep]
-                keep += 1
-            counts = counts[: max(keep, 1)]
+        if top_p < 1.0:  # the target's top-p rule, on the row's counts (sorted by count)
+            counts = counts[: nucleus_size(np.asarray(counts, dtype=np.float64), top_p)]
         tokens = self._vocab_map[table.next_tokens[lo : lo + len(counts)]].tolist()
         return self._row(tokens, counts)
 

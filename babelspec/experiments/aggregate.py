@@ -26,8 +26,9 @@ import numpy as np
 
 from babelspec.experiments.store import ExampleRecord
 from babelspec.machine import machine_kind
+from babelspec.numeric import is_finite, median
 from babelspec.routing import BASELINE
-from babelspec.speedup import theoretical_speedup
+from babelspec.speedup import acceptance_rate, theoretical_speedup
 
 POSITION_BIN_TOKENS = 16  # output-position bins for acceptance along the generation
 N_BOOTSTRAP = 2000  # resamples for every interval
@@ -35,16 +36,8 @@ BOOTSTRAP_SEED = 0  # with the cell's name: the same resamples on every run of t
 CellKey = tuple[str, str, str, int]  # language, task, drafter, gamma
 
 
-def _median(values: list[float]) -> float:
-    return float(np.median(values)) if values else math.nan
-
-
-def _finite(x: float | None) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
 def _nanmean(values: list[float]) -> float:
-    vals = [v for v in values if _finite(v)]
+    vals = [v for v in values if is_finite(v)]
     return float(np.mean(vals)) if vals else math.nan
 
 
@@ -186,8 +179,7 @@ def paired_ratios(records: list[ExampleRecord], loop_free: bool = False) -> dict
 def pooled_alpha(records: list[ExampleRecord]) -> float:
     """Sum matched / sum (matched + rejections): generations where nothing was judged add
     nothing, instead of a 0 (or a NaN) to average."""
-    judged = sum(r.accepted + r.rejections for r in records)
-    return sum(r.accepted for r in records) / judged if judged else math.nan
+    return acceptance_rate(sum(r.accepted for r in records), sum(r.rejections for r in records))
 
 
 def held_out_split(records: list[ExampleRecord]) -> tuple[list[ExampleRecord], list[ExampleRecord]]:
@@ -209,11 +201,11 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
     out = []
     for key, rows in sorted(groups.items()):
         lang, task, drafter, gamma = key
-        cs = [r.c for r in rows if _finite(r.c) and r.c > 0]
+        cs = [r.c for r in rows if is_finite(r.c) and r.c > 0]
         s = SettingStats(language=lang, task=task, drafter=drafter, gamma=gamma,
                          trained_on=rows[0].trained_on, n=len(rows))  # fmt: skip
         if drafter != BASELINE:
-            alphas = np.array([r.alpha for r in rows if _finite(r.alpha)], dtype=np.float64)
+            alphas = np.array([r.alpha for r in rows if is_finite(r.alpha)], dtype=np.float64)
             s.n_judged = sum(1 for r in rows if r.accepted + r.rejections > 0)
             s.alpha_mean = pooled_alpha(rows)
             s.alpha_std = float(alphas.std(ddof=1)) if len(alphas) > 1 else (0.0 if len(alphas) else math.nan)
@@ -221,24 +213,24 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             accepted = sum(r.accepted for r in rows)
             s.alpha_token_mean = accepted / proposed if proposed else math.nan
             s.mean_accepted_length = accepted / steps if steps else math.nan
-            s.c = _median(cs)
+            s.c = median(cs)
             if math.isfinite(s.c):
                 s.theoretical_f = theoretical_speedup(s.alpha_mean, gamma, s.c)
             by_prompt = ratios.get(key, {})
             pairs = [q for v in by_prompt.values() for q in v]
-            s.speedup, s.n_pairs, s.n_prompts = _median(pairs), len(pairs), len(by_prompt)
+            s.speedup, s.n_pairs, s.n_prompts = median(pairs), len(pairs), len(by_prompt)
             s.speedup_low, s.speedup_high = interval(bootstrap_medians(by_prompt, seed=cell_seed(key)))
             clean = [q for v in ratios_clean.get(key, {}).values() for q in v]
-            s.speedup_loop_free, s.n_pairs_loop_free = _median(clean), len(clean)
+            s.speedup_loop_free, s.n_pairs_loop_free = median(clean), len(clean)
             s.acceptance_by_draft_position = _acceptance_by_draft_position(rows, gamma)
             s.acceptance_by_output_position = _acceptance_by_output_position(rows)
         else:
             s.speedup = s.speedup_low = s.speedup_high = 1.0
             s.speedup_loop_free = 1.0
-        s.seconds_per_token = _median([r.decode_seconds / r.n_tokens for r in rows if r.n_tokens])
-        s.seconds_per_char = _median([r.decode_seconds / r.n_chars for r in rows if r.n_chars])
+        s.seconds_per_token = median([r.decode_seconds / r.n_tokens for r in rows if r.n_tokens])
+        s.seconds_per_char = median([r.decode_seconds / r.n_chars for r in rows if r.n_chars])
         tpc = [r.n_tokens / r.n_chars for r in rows if r.n_chars]
-        s.tokens_per_char = _median(tpc)
+        s.tokens_per_char = median(tpc)
         checked = [r for r in rows if r.in_language is not None]
         if checked:
             s.in_language_rate = float(np.mean([bool(r.in_language) for r in checked]))
@@ -252,8 +244,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             )
         dfw = [x for r in rows for x in r.draft_forward_seconds]
         tfw = [x for r in rows for x in r.target_forward_seconds]
-        s.draft_forward_ms = _median(dfw) * 1e3 if dfw else math.nan
-        s.target_forward_ms = _median(tfw) * 1e3 if tfw else math.nan
+        s.draft_forward_ms = median(dfw) * 1e3 if dfw else math.nan
+        s.target_forward_ms = median(tfw) * 1e3 if tfw else math.nan
         out.append(s)
     plain_ms = {(s.language, s.task): s.target_forward_ms for s in out if s.drafter == BASELINE}
     for s in out:
@@ -359,7 +351,7 @@ def mean_speedup_interval(records: list[ExampleRecord], cells: list[CellKey]) ->
         pairs = [q for v in by_prompt.values() for q in v]
         if not pairs:
             continue
-        medians.append(_median(pairs))
+        medians.append(median(pairs))
         reps.append(bootstrap_medians(by_prompt, seed=cell_seed(key)))
     if not medians:
         return math.nan, math.nan, math.nan
@@ -375,7 +367,7 @@ def headline(records: list[ExampleRecord], rows: list[LanguageSummary]) -> list[
     _, measure = held_out_split(records)
     out = []
     for task in [*sorted({r.task for r in rows}), "*"]:
-        mine = [r for r in rows if (task == "*" or r.task == task) and _finite(r.speedup)]
+        mine = [r for r in rows if (task == "*" or r.task == task) and is_finite(r.speedup)]
         if not mine:
             continue
         worst = min(mine, key=lambda r: r.speedup)

@@ -7,7 +7,6 @@ Figs. 3-4 acceptance and speedup per language, Fig. 5 in-task versus held-out ta
 from __future__ import annotations
 
 import io
-import math
 from collections import defaultdict
 
 import matplotlib
@@ -16,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from babelspec.numeric import is_finite
 from babelspec.routing import BASELINE  # noqa: E402
 
 
@@ -24,10 +24,6 @@ def _png(fig) -> bytes:
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
     return buf.getvalue()
-
-
-def _finite(x) -> bool:
-    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
 
 
 def forward_times(samples: dict[str, dict[str, list[float]]]) -> bytes | None:
@@ -56,7 +52,7 @@ def forward_times(samples: dict[str, dict[str, list[float]]]) -> bytes | None:
 def per_language_bars(best: list[dict], task: str, value: str, ylabel: str,
                       line_at_one: bool = False) -> bytes | None:
     """One bar per drafter setting per language for ``task`` (paper Figs. 3-4)."""
-    rows = [b for b in best if b["task"] == task and _finite(b.get(value))]
+    rows = [b for b in best if b["task"] == task and is_finite(b.get(value))]
     if not rows:
         return None
     langs = sorted({b["language"] for b in rows})
@@ -81,7 +77,7 @@ def task_tradeoff(best: list[dict]) -> bytes | None:
     (paper Fig. 5: a drafter fitted to one task can lose on the other)."""
     by = defaultdict(dict)
     for b in best:
-        if _finite(b.get("alpha_mean")):
+        if is_finite(b.get("alpha_mean")):
             by[(b["drafter"], b["language"])][b["task"]] = b["alpha_mean"]
     pts = defaultdict(list)
     for (d, _lang), tasks in by.items():
@@ -105,8 +101,8 @@ def task_tradeoff(best: list[dict]) -> bytes | None:
 
 
 def measured_vs_theoretical(settings: list[dict]) -> bytes | None:
-    rows = [s for s in settings if s["drafter"] != BASELINE and _finite(s.get("speedup"))
-            and _finite(s.get("theoretical_f"))]  # fmt: skip
+    rows = [s for s in settings if s["drafter"] != BASELINE and is_finite(s.get("speedup"))
+            and is_finite(s.get("theoretical_f"))]  # fmt: skip
     if not rows:
         return None
     fig, ax = plt.subplots(figsize=(5.2, 5.0))
@@ -125,7 +121,7 @@ def measured_vs_theoretical(settings: list[dict]) -> bytes | None:
 
 def latency_per_char(languages: list[dict]) -> bytes | None:
     """Milliseconds per generated character: plain decoding and the best setting, per language."""
-    rows = [r for r in languages if _finite(r.get("seconds_per_char_plain"))]
+    rows = [r for r in languages if is_finite(r.get("seconds_per_char_plain"))]
     if not rows:
         return None
     labels = [f"{r['language']}\n{r['task'][:5]}" for r in rows]
@@ -162,7 +158,7 @@ def acceptance_by_position(best: list[dict]) -> bytes | None:
 
 
 def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: dict) -> bytes | None:
-    rows = [d for d in divergence if _finite(d.get("tv_per_char")) and d["language"] in corpus
+    rows = [d for d in divergence if is_finite(d.get("tv_per_char")) and d["language"] in corpus
             and corpus[d["language"]].get("train_chars")]  # fmt: skip
     if not rows:
         return None
@@ -172,7 +168,7 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
                for d in rows if d["drafter"] == name]  # fmt: skip
         cor = correlations.get(name, {})
         label = name
-        if _finite(cor.get("r")):
+        if is_finite(cor.get("r")):
             label += f" (r = {cor['r']:.2f}, p = {cor['p']:.2g}, n = {int(cor['n'])})"
         sc = ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=label)
         for x, y, lang in pts:

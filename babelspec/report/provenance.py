@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from babelspec.numeric import is_finite
 from babelspec.report.blocks import Block, Heading, Paragraph, Table
 
 
@@ -20,18 +21,14 @@ def _num(x: Any, suffix: str = "") -> str:
     return f"{x:.2f}{suffix}" if isinstance(x, (int, float)) and math.isfinite(x) else "–"
 
 
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
 def _alpha(s: dict) -> str:
     std = s.get("alpha_std")
-    return _num(s.get("alpha_mean")) + (f" ± {std:.2f}" if _finite(std) else "")
+    return _num(s.get("alpha_mean")) + (f" ± {std:.2f}" if is_finite(std) else "")
 
 
 def _speedup(s: dict) -> str:
     lo, hi = s.get("speedup_low"), s.get("speedup_high")
-    interval = f" [{lo:.2f}, {hi:.2f}]" if _finite(lo) and _finite(hi) else ""
+    interval = f" [{lo:.2f}, {hi:.2f}]" if is_finite(lo) and is_finite(hi) else ""
     return f"{_num(s.get('speedup'), 'x')}{interval} (n={s.get('n_prompts') or s.get('n_pairs', 0)})"
 
 

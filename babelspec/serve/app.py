@@ -28,7 +28,7 @@ from babelspec.serve.protocol import (
     response,
     usage,
 )  # fmt: skip
-from babelspec.serve.scheduler import Job, Worker, timeout_error
+from babelspec.serve.scheduler import Job, Scheduler, timeout_error
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
@@ -65,7 +65,7 @@ async def read_json(request: Request, limit: int) -> dict:
     return data
 
 
-def create_app(worker: Worker, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
+def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> Starlette:
     metrics = worker.metrics
     model: ModelInfo = worker.model
 

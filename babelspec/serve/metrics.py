@@ -6,6 +6,8 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from babelspec.speedup import acceptance_rate
+
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
 
 
@@ -55,7 +57,7 @@ class Metrics:
                 judged[0] += result.accepted
                 judged[1] += result.rejections
                 if sum(judged):
-                    self.acceptance.labels(lang, drafter).set(judged[0] / sum(judged))
+                    self.acceptance.labels(lang, drafter).set(acceptance_rate(*judged))
 
     def text(self) -> bytes:
         return generate_latest(self.registry)

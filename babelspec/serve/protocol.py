@@ -15,10 +15,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from babelspec.sampling import SamplingConfig
+from babelspec.numeric import json_number
+from babelspec.sampling import PAPER_TOP_K, PAPER_TOP_P, SamplingConfig
 
 DEFAULT_MAX_TOKENS = 128  # as `babelspec generate --max-new-tokens`
-DEFAULT_GAMMA = 4  # as `babelspec generate`: the drafter's preferred gamma, else this
 MAX_GAMMA = 64
 MAX_STOP_STRINGS = 4  # OpenAI's limit
 CHAT_ROLES = ("system", "developer", "user", "assistant")
@@ -66,7 +66,7 @@ class GenerationRequest:
     sampling: SamplingConfig
     seed_given: bool
     stop: tuple[str, ...]
-    gamma: int | None  # None: the drafter's preferred gamma, else DEFAULT_GAMMA
+    gamma: int | None  # None: drafters.base.resolve_gamma's choice, as `babelspec generate`
     drafter: str | None  # None: the server's --drafter
     lang: str | None  # None: detect it from ``text``
     task: str | None
@@ -84,7 +84,7 @@ def _is_number(v: Any) -> bool:
     return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
 
 
-def _number(body: dict, name: str, default: float, ok, rule: str) -> float:
+def _number(body: dict, name: str, default: float | None, ok, rule: str) -> float | None:
     v = body.get(name)
     if v is None:
         return default
@@ -154,16 +154,16 @@ def _lang(body: dict) -> str | None:
 
 def _sampling_fields(body: dict) -> tuple[SamplingConfig, bool]:
     temperature = _number(body, "temperature", 1.0, lambda v: 0 <= v <= 2, "in [0, 2]; 0 is greedy")
-    top_p = _number(body, "top_p", 0.9, lambda v: 0 < v <= 1, "in (0, 1]; 1 turns it off")
-    top_k = _integer(body, "top_k", 100, 0, 1 << 30, "; 0 turns it off")
+    top_p = _number(body, "top_p", PAPER_TOP_P, lambda v: 0 < v <= 1, "in (0, 1]; 1 turns it off")
+    top_k = _integer(body, "top_k", PAPER_TOP_K, 0, 1 << 30, "; 0 turns it off")
     greedy = temperature == 0
-    penalty = _number(body, "repetition_penalty", 1.0 if greedy else 1.1, lambda v: v > 0, "> 0; 1 turns it off")
+    penalty = _number(body, "repetition_penalty", None, lambda v: v > 0, "> 0; 1 turns it off")
     seed = _integer(body, "seed", None, -(1 << 63), (1 << 63) - 1)
     seed_given = seed is not None
     if seed is None:
         seed = secrets.randbelow(1 << 31)  # reported back in the response, so it can be replayed
-    config = SamplingConfig(greedy=greedy, temperature=temperature if not greedy else 1.0, top_k=top_k,
-                            top_p=top_p, repetition_penalty=penalty, repetition_window=16, seed=seed)  # fmt: skip
+    config = SamplingConfig.paper(seed, greedy=greedy, repetition_penalty=penalty, top_k=top_k, top_p=top_p,
+                                  temperature=temperature if not greedy else 1.0)
     return config, seed_given
 
 
@@ -260,10 +260,6 @@ def parse_chat(body: dict, model: ModelInfo) -> GenerationRequest:
     return _common("chat", body, model, ids, user_text, ("max_completion_tokens", "max_tokens"))
 
 
-def _finite(x: float) -> float | None:
-    return x if isinstance(x, (int, float)) and math.isfinite(x) else None
-
-
 def finish_reason(stop_reason: str) -> str:
     return "length" if stop_reason == "length" else "stop"
 
@@ -278,7 +274,7 @@ def babelspec_info(outcome) -> dict:
     r, d = outcome.result, outcome.drafting
     return {
         "drafter": d.spec, "drafter_name": d.name, "gamma": d.gamma, "route": d.route,
-        "alpha": _finite(r.alpha), "lang": d.lang, "lang_source": d.lang_source,
+        "alpha": json_number(r.alpha), "lang": d.lang, "lang_source": d.lang_source,
         "detected_lang": d.detected_lang, "seed": outcome.seed, "token_ids": r.token_ids,
         "proposed": r.proposed, "accepted": r.accepted, "steps": r.steps,
         "wall_seconds": round(r.wall_seconds, 6), "queue_seconds": round(outcome.queue_seconds, 6),

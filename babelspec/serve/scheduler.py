@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from babelspec.drafters.base import resolve_gamma
 from babelspec.routing import Router, default_router_path
 from babelspec.serve.metrics import Metrics
-from babelspec.serve.protocol import DEFAULT_GAMMA, APIError, GenerationRequest, ModelInfo, bad
+from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
 
 log = logging.getLogger("babelspec.serve")
 DRAFTER_CACHE_SIZE = 8  # built drafters kept for reuse (an n-gram table, a model's weights)
@@ -104,7 +105,7 @@ def detect_language(classifier: Any, text: str) -> str | None:
     return "eng" if "eng" in chars else other
 
 
-class Worker:
+class Scheduler:
     def __init__(self, target: Any, model_id: str, *, drafter: str = "none", router: str | None = None,
                  queue_size: int = 16, request_timeout: float = 600.0, detector: Any = None,
                  metrics: Metrics | None = None) -> None:  # fmt: skip
@@ -231,7 +232,7 @@ class Worker:
             drafter = self._drafter(d, req.task)
             d.name = getattr(drafter, "name", d.spec)
             # as `babelspec generate`: without a gamma, the drafter's preferred one, else 4
-            gamma = req.gamma or getattr(drafter, "preferred_gamma", None) or DEFAULT_GAMMA
+            gamma = resolve_gamma(req.gamma, drafter)
             if d.spec != "none" and d.route is None and not d.gamma:
                 d.gamma = gamma
 
