@@ -174,3 +174,19 @@ def test_records_from_before_prefill_was_stored_use_their_wall_time():
     assert math.isnan(base.prefill_seconds) and base.decode_seconds == 2.0
     (s,) = [s for s in agg.setting_stats([base, spec]) if s.drafter == "bigram"]
     assert s.speedup == pytest.approx(2.0)
+
+
+def test_a_cell_interval_is_scipys_bca_interval_when_each_prompt_has_one_pair():
+    """Resampling prompts (the units) with one pair each is resampling the pairs: the interval
+    is exactly scipy's BCa interval of the median."""
+    from scipy.stats import bootstrap
+
+    values = [0.8, 1.0, 1.1, 1.15, 1.2, 1.3, 2.5]
+    lo, hi = agg.median_interval({p: [v] for p, v in enumerate(values)}, seed=7)
+    ref = bootstrap((np.array(values),), np.median, n_resamples=agg.N_BOOTSTRAP, method="BCa",
+                    rng=np.random.default_rng(7)).confidence_interval
+    assert (lo, hi) == pytest.approx((ref.low, ref.high))
+
+
+def test_an_interval_without_spread_is_the_value_itself():
+    assert agg.median_interval({p: [1.25] for p in range(5)}) == (1.25, 1.25)

@@ -7,7 +7,7 @@ because sampled outputs differ in length; decode seconds (wall time after the pr
 ``ExampleRecord.decode_seconds``), because the prefill is the same for both and spread over
 outputs of different lengths it would bias the ratio. A pair, and every other ratio of times, is only formed
 within one machine kind (``machine.machine_kind``: device, dtype, threads). Each cell's speedup carries a bootstrap 95% interval over
-prompts (``bootstrap_medians``). The theoretical factor f (``babelspec.speedup``) uses the
+prompts (``median_interval``: BCa, ``scipy.stats.bootstrap``). The theoretical factor f (``babelspec.speedup``) uses the
 cell's pooled a = sum matched / sum (matched + rejections) and measured c.
 
 The headline's best setting is chosen on one half of the prompts and measured on the other
@@ -18,6 +18,7 @@ chosen by (the winner's curse).
 from __future__ import annotations
 
 import math
+import warnings
 import zlib
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -128,34 +129,55 @@ def _ratio(rec: ExampleRecord, base: ExampleRecord) -> float | None:
     return (base.decode_seconds / base.n_tokens) / (rec.decode_seconds / rec.n_tokens)
 
 
-def bootstrap_medians(by_prompt: dict[int, list[float]], n_boot: int = N_BOOTSTRAP,
-                      seed: int = BOOTSTRAP_SEED) -> np.ndarray | None:
-    """``n_boot`` medians of the pairs with the prompts resampled (all seeds of a prompt
-    move together); None with fewer than 2 prompts, where no interval exists."""
+def _prompt_table(by_prompt: dict[int, list[float]]) -> np.ndarray | None:
+    """One row per prompt, its seeds' values NaN-padded; None under 2 prompts (no interval)."""
     groups = [v for v in by_prompt.values() if v]
     if len(groups) < 2:
         return None
-    width = max(len(g) for g in groups)
-    table = np.full((len(groups), width), np.nan)
+    table = np.full((len(groups), max(len(g) for g in groups)), np.nan)
     for i, g in enumerate(groups):
         table[i, : len(g)] = g
-    pick = np.random.default_rng(seed).integers(0, len(groups), size=(n_boot, len(groups)))
-    return np.nanmedian(table[pick].reshape(n_boot, -1), axis=1)
+    return table
+
+
+def _median_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The median of the pairs in ``rows`` of ``table`` (the last axis of ``rows`` is a resample)."""
+    picked = table[rows]
+    return np.nanmedian(picked.reshape(*picked.shape[:-2], -1), axis=-1)
+
+
+def _bca(tables: list[np.ndarray], statistic, seed: int, level: float) -> tuple[float, float]:
+    """BCa interval (``scipy.stats.bootstrap``) of ``statistic`` over prompts resampled within
+    each table (all seeds of a prompt move together: the prompts are the resampled units)."""
+    from scipy.stats import bootstrap
+
+    prompts = [np.arange(len(t)) for t in tables]
+    point = float(statistic(*prompts, axis=-1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # degenerate resamples (all equal) give NaN, handled below
+        res = bootstrap(prompts, statistic, n_resamples=N_BOOTSTRAP, confidence_level=level,
+                        method="BCa", vectorized=True, axis=-1, rng=np.random.default_rng(seed))
+    lo, hi = (float(x) for x in res.confidence_interval)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        if np.allclose(res.bootstrap_distribution, point, equal_nan=True):
+            return point, point  # every resample equals the estimate: no spread
+        return math.nan, math.nan
+    return lo, hi
+
+
+def median_interval(by_prompt: dict[int, list[float]], seed: int = BOOTSTRAP_SEED,
+                    level: float = 0.95) -> tuple[float, float]:
+    """BCa interval of the median of a cell's pairs, prompts resampled; NaN under 2 prompts."""
+    table = _prompt_table(by_prompt)
+    if table is None:
+        return math.nan, math.nan
+    return _bca([table], lambda rows, axis=-1: _median_of(table, rows), seed, level)
 
 
 def cell_seed(key: CellKey) -> int:
     """A fixed bootstrap seed per cell: reproducible, and independent resamples across cells
     (their prompts are different texts), which the interval of a mean over cells assumes."""
     return BOOTSTRAP_SEED + zlib.crc32("|".join(map(str, key)).encode())
-
-
-def interval(replicates: np.ndarray | None, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of bootstrap replicates; (NaN, NaN) without them."""
-    if replicates is None or replicates.size == 0:
-        return math.nan, math.nan
-    tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(replicates, [tail, 100 - tail])
-    return float(lo), float(hi)
 
 
 def paired_ratios(records: list[ExampleRecord], loop_free: bool = False) -> dict[CellKey, dict[int, list[float]]]:
@@ -219,7 +241,7 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             by_prompt = ratios.get(key, {})
             pairs = [q for v in by_prompt.values() for q in v]
             s.speedup, s.n_pairs, s.n_prompts = median(pairs), len(pairs), len(by_prompt)
-            s.speedup_low, s.speedup_high = interval(bootstrap_medians(by_prompt, seed=cell_seed(key)))
+            s.speedup_low, s.speedup_high = median_interval(by_prompt, seed=cell_seed(key))
             clean = [q for v in ratios_clean.get(key, {}).values() for q in v]
             s.speedup_loop_free, s.n_pairs_loop_free = median(clean), len(clean)
             s.acceptance_by_draft_position = _acceptance_by_draft_position(rows, gamma)
@@ -337,28 +359,32 @@ def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:
 
 
 def mean_speedup_interval(records: list[ExampleRecord], cells: list[CellKey]) -> tuple[float, float, float]:
-    """Mean over ``cells`` of their median measured speedup, with a bootstrap 95% interval
-    (prompts resampled within each cell); the interval is NaN where a cell has < 2 prompts.
-    A plain-decoding cell counts 1.0."""
+    """Mean over ``cells`` of their median measured speedup, with a BCa 95% interval (prompts
+    resampled within each cell); the interval is NaN where a cell has < 2 prompts. A
+    plain-decoding cell counts 1.0."""
     ratios = paired_ratios(records)
-    medians, reps = [], []
+    tables, constants = [], 0
     for key in cells:
         if key[2] == BASELINE:  # plain decoding: 1.0 by definition, no spread
-            medians.append(1.0)
-            reps.append(np.ones(N_BOOTSTRAP))
+            constants += 1
             continue
         by_prompt = ratios.get(key, {})
-        pairs = [q for v in by_prompt.values() for q in v]
-        if not pairs:
-            continue
-        medians.append(median(pairs))
-        reps.append(bootstrap_medians(by_prompt, seed=cell_seed(key)))
-    if not medians:
+        if any(by_prompt.values()):
+            tables.append(_prompt_table(by_prompt))
+            if tables[-1] is None:  # one prompt: a median, but no interval
+                tables[-1] = np.array([[q for v in by_prompt.values() for q in v]])
+    n = len(tables) + constants
+    if not n:
         return math.nan, math.nan, math.nan
-    mean = float(np.mean(medians))
-    if any(r is None for r in reps):
-        return mean, math.nan, math.nan
-    return (mean, *interval(np.mean(np.stack(reps), axis=0)))
+
+    def mean_of_medians(*rows: np.ndarray, axis: int = -1) -> np.ndarray:
+        return (sum(_median_of(t, r) for t, r in zip(tables, rows)) + constants) / n
+
+    mean = float(mean_of_medians(*(np.arange(len(t)) for t in tables))) if tables else 1.0
+    if not tables or any(len(t) < 2 for t in tables):
+        return mean, (1.0 if not tables else math.nan), (1.0 if not tables else math.nan)
+    seed = BOOTSTRAP_SEED + zlib.crc32("|".join("|".join(map(str, key)) for key in cells).encode())
+    return (mean, *_bca(tables, mean_of_medians, seed, 0.95))
 
 
 def headline(records: list[ExampleRecord], rows: list[LanguageSummary]) -> list[dict]:

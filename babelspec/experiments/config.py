@@ -472,47 +472,19 @@ def load_config(path: str | Path | None = None, profile: str | None = None,
 
 
 def dump_toml(cfg: ExperimentConfig) -> str:
-    """The config as TOML (what the run directory keeps next to its store)."""
+    """The config as TOML (what the run directory keeps next to its store); ``load_config``
+    reads it back to the same config."""
+    import tomli_w
+
     data = cfg.to_dict()
     data.pop("source", None)
-    lines: list[str] = []
-    scalars = {k: v for k, v in data.items() if not isinstance(v, (dict, list)) or k in (
-        "languages", "tasks", "gammas", "seeds")}
-    for k, v in scalars.items():
-        lines.append(f"{k} = {_toml_value(v)}")
     for section in ("sampling", "checks", "divergence"):
-        lines.append(f"\n[{section}]")
-        for k, v in data[section].items():
-            if v is not None:
-                lines.append(f"{k} = {_toml_value(v)}")
-    section = data["data"]
-    lines.append("\n[data]")
-    if section["root"]:
-        lines.append(f"root = {_toml_value(section['root'])}")
-    for lang, d in section["languages"].items():
-        lines.append(f"\n[data.{lang}]")
-        for k, v in d.items():
-            lines.append(f"{k} = {_toml_value(v)}")
+        data[section] = {k: v for k, v in data[section].items() if v is not None}  # TOML has no null
+    section = data["data"]  # [data] root = ..., then a [data.LANG] table per language
+    data["data"] = {**({"root": section["root"]} if section["root"] else {}), **section["languages"]}
+    drafters = []
     for d in data["drafters"]:
-        lines.append("\n[[drafters]]")
         options = d.pop("options")
-        for k, v in {**d, **options}.items():
-            if v not in ("", [], None):
-                lines.append(f"{k} = {_toml_value(v)}")
-    return "\n".join(lines) + "\n"
-
-
-def _toml_value(v: Any) -> str:
-    import json
-
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {v!r} as TOML")
+        drafters.append({k: v for k, v in {**d, **options}.items() if v not in ("", [], None)})
+    data["drafters"] = drafters
+    return tomli_w.dumps(data)
