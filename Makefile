@@ -37,7 +37,11 @@ demo: $(STAMP)
 	$(BIN)/babelspec run --profile quick -o runs/demo
 	$(BIN)/babelspec report runs/demo
 
+# The layout's contracts (pyproject.toml: the layers, serve and the study independent) and the
+# linter come first: an upward import, a cycle or a lint error fails the suite.
 test: $(LLAMA_STAMP)
+	$(BIN)/lint-imports
+	$(BIN)/ruff check babelspec tests benchmarks
 	$(BIN)/python -m pytest -q
 
 clean:

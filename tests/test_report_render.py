@@ -40,8 +40,10 @@ def test_report_has_the_headline_worst_language_and_figures(run_dir):
         assert f"figures/{stem}.png" in md
     html = paths["html"].read_text()
     assert html.startswith("<!DOCTYPE html>")
-    assert len(re.findall(r"src='data:image/png;base64,", html)) == len(pngs)
-    assert "src='figures/" not in html and "<link" not in html  # self-contained
+    assert len(re.findall(r"src=[\"']data:image/png;base64,", html)) == len(pngs)
+    assert not re.search(r"src=[\"']figures/", html) and "<link" not in html  # self-contained
+    assert "<blockquote>" in html and "<strong>Mean measured speedup 1.40x [1.40, 1.40]" in html  # the callout
+    assert "<td>amh</td>" in html and "<td>2.00x [2.00, 2.00]</td>" in html  # tables, from the same Markdown
 
 
 def test_report_cli_and_its_error_on_a_missing_run(run_dir, tmp_path):

@@ -18,6 +18,7 @@ import time
 from array import array
 from bisect import bisect_right
 from dataclasses import dataclass, fields
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -70,17 +71,29 @@ class NgramDraftConfig:
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> NgramDraftConfig:
-        types = {f.name: f.type for f in fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for name, value in options.items():
-            if name not in types:
-                raise ValueError(f"unknown n-gram drafter option {name!r}; known: {', '.join(types)}")
-            kind = {"str": str, "float": float, "int": int}[str(types[name])]
-            try:
-                kwargs[name] = kind(value)
-            except ValueError as exc:
-                raise ValueError(f"n-gram drafter option {name}={value!r} is not a {kind.__name__}") from exc
-        return cls(**kwargs)
+        """The config from a spec's ``name=value`` options, each checked and converted to its
+        field's type (pydantic); a bad option is a ``ValueError`` naming it."""
+        from pydantic import ValidationError
+
+        try:
+            return _options_adapter().validate_python(options)
+        except ValidationError as err:
+            error = err.errors()[0]
+            if error["type"] == "value_error":  # __post_init__'s own message
+                raise ValueError(str(error["ctx"]["error"])) from None
+            name = str(error["loc"][0]) if error["loc"] else ""
+            kinds = {f.name: str(f.type) for f in fields(cls)}
+            if name not in kinds:
+                raise ValueError(f"unknown n-gram drafter option {name!r}; known: {', '.join(kinds)}") from None
+            kind = {"int": "an int", "float": "a float"}.get(kinds[name], f"a {kinds[name]}")
+            raise ValueError(f"n-gram drafter option {name}={options[name]!r} is not {kind}") from None
+
+
+@lru_cache(maxsize=1)
+def _options_adapter():
+    from pydantic import ConfigDict, TypeAdapter, with_config
+
+    return TypeAdapter(with_config(ConfigDict(extra="forbid"))(NgramDraftConfig))
 
 
 class Row(NamedTuple):
