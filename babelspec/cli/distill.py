@@ -23,10 +23,10 @@ def distill_command(
     grad_accum: int = typer.Option(None, "--grad-accum"),
     lr: float = typer.Option(None, "--lr"),
     loss: str = typer.Option(None, "--loss", help="ce (the paper's) or kl (renormalised top-k)"),
-    k: int = typer.Option(None, "--k", help="teacher top-k cached per position"),
+    k: int = typer.Option(None, "--k", help="teacher soft-target shardsd per position"),
     max_examples: int = typer.Option(None, "--max-examples"),
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
-    cache_dir: str = typer.Option(None, "--cache-dir", help="teacher cache directory"),
+    cache_dir: str = typer.Option(None, "--cache-dir", help="soft targets directory"),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
     dtype: str = typer.Option(None, "--dtype", help="teacher and student dtype: float32 (default: training "
                               "updates are kept in full precision), bfloat16 or auto"),

@@ -1,6 +1,6 @@
-"""One distillation run, end to end: teacher cache -> student -> train -> evaluate -> save.
+"""One distillation run, end to end: soft targets -> student -> train -> evaluate -> save.
 
-Every expensive stage is resumable: the teacher's top-k cache and the held-out evaluation sets
+Every expensive stage is resumable: the teacher's soft-target shards and the held-out evaluation sets
 live in shard caches (skipped when complete), training resumes from its latest checkpoint, and
 the evaluation before training is stored in the output directory.
 """
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.distill.soft_targets import Example, TopKCache, build_cache
+from babelspec.distill.soft_targets import Example, SoftTargetShards, build_soft_targets
 from babelspec.distill.trainer import TrainConfig, TrainState, latest_checkpoint, train
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import dtype_name
@@ -69,7 +69,7 @@ class DistillConfig:
     lang: str = ""
     teacher: str = "gemma-3-270m"
     student: str = "self:6,head=corpus"
-    cache_dir: str = ""  # where teacher caches go; "" = the user cache directory
+    cache_dir: str = ""  # where soft targetss go; "" = the user cache directory
     dtype: str = "float32"  # teacher (and student) dtype: float32 | bfloat16 | auto
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -162,8 +162,8 @@ class Teacher:
         return ids
 
 
-def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = True) -> TopKCache:
-    """Build (or reuse, or finish) the teacher's top-k cache of the training examples."""
+def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = True) -> SoftTargetShards:
+    """Build (or reuse, or finish) the teacher's soft-target shards of the training examples."""
     from tqdm.auto import tqdm
 
     from babelspec.distill import data
@@ -194,7 +194,7 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
     directory = _cache_root(config) / f"train-{config.mode}-{config.lang}-{_key(meta)}"
     bar = tqdm(total=len(items), desc=f"teacher top-{d.k} ({config.mode})", unit="ex",
                disable=not progress, dynamic_ncols=True)
-    cache = build_cache(directory, meta, len(items), make, d.shard_size, progress=bar.update)
+    cache = build_soft_targets(directory, meta, len(items), make, d.shard_size, progress=bar.update)
     bar.close()
     return cache
 
@@ -223,8 +223,8 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
                                   seed=e.seed)
         root = _cache_root(config) / f"eval-{task}-{config.lang}-{_key(meta)}"
         caches = {"topk": root / "topk", "warped": root / "warped"}
-        if all((d / "manifest.json").exists() and TopKCache(d).complete for d in caches.values()):
-            out[task] = (TopKCache(caches["topk"]).load_all(), TopKCache(caches["warped"]).load_all())
+        if all((d / "manifest.json").exists() and SoftTargetShards(d).complete for d in caches.values()):
+            out[task] = (SoftTargetShards(caches["topk"]).load_all(), SoftTargetShards(caches["warped"]).load_all())
             continue
         topk, warped = [], []
         for i in tqdm(range(len(items)), desc=f"held-out {task}", unit="ex", disable=not progress):
@@ -242,7 +242,7 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
             warped.append(Example(ids, mask, dec.warped_ids, dec.warped_probs))
         # Both caches come from the one pass over the sampled responses.
         for name, examples, values in (("topk", topk, "logp"), ("warped", warped, "prob")):
-            cache = TopKCache(caches[name], {**meta, "values": values})
+            cache = SoftTargetShards(caches[name], {**meta, "values": values})
             if examples:
                 cache.write_shard(0, examples)
             cache.mark_complete(len(examples))

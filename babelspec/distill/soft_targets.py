@@ -26,7 +26,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 
 
-class CacheError(ValueError):
+class SoftTargetsError(ValueError):
     """A cache directory that cannot be used as asked (mismatch, corruption, bad arguments)."""
 
 
@@ -43,12 +43,12 @@ class Example:
         self.ids = np.asarray(self.ids, dtype=np.int32)
         self.mask = np.asarray(self.mask, dtype=bool)
         if self.ids.ndim != 1 or self.mask.shape != self.ids.shape:
-            raise CacheError(f"ids {self.ids.shape} and mask {self.mask.shape} must be equal 1-D")
+            raise SoftTargetsError(f"ids {self.ids.shape} and mask {self.mask.shape} must be equal 1-D")
         if self.mask.size and self.mask[0]:
-            raise CacheError("mask[0] must be False: no position predicts the first token")
+            raise SoftTargetsError("mask[0] must be False: no position predicts the first token")
         n_resp = int(self.mask.sum())
         if self.topk_ids.shape[0] != n_resp or self.topk_values.shape != self.topk_ids.shape:
-            raise CacheError(
+            raise SoftTargetsError(
                 f"top-k arrays {self.topk_ids.shape}/{self.topk_values.shape} must have one row "
                 f"per response token ({n_resp})"
             )
@@ -61,12 +61,12 @@ class Example:
 def pack_examples(examples: Sequence[Example]) -> dict[str, np.ndarray]:
     """Flatten examples into the shard's arrays (token offsets and response-row offsets)."""
     if not examples:
-        raise CacheError("a shard needs at least one example")
+        raise SoftTargetsError("a shard needs at least one example")
     k = examples[0].topk_ids.shape[1]
     dtype = examples[0].topk_values.dtype
     for e in examples:
         if e.topk_ids.shape[1] != k or e.topk_values.dtype != dtype:
-            raise CacheError("all examples of a shard must share k and the value dtype")
+            raise SoftTargetsError("all examples of a shard must share k and the value dtype")
     lengths = np.array([e.ids.size for e in examples], dtype=np.int64)
     rows = np.array([e.n_response for e in examples], dtype=np.int64)
     return {
@@ -92,7 +92,7 @@ def unpack_examples(arrays: dict[str, np.ndarray]) -> list[Example]:
     ]
 
 
-class TopKCache:
+class SoftTargetShards:
     """A directory of shards plus ``manifest.json``.
 
     ``meta`` identifies what was cached (teacher, mode, language, k, prompt settings). Opening an
@@ -106,18 +106,18 @@ class TopKCache:
             try:
                 self.manifest = json.loads(self.manifest_path.read_text())
             except json.JSONDecodeError as err:
-                raise CacheError(f"{self.manifest_path} is not valid JSON ({err}); delete the "
+                raise SoftTargetsError(f"{self.manifest_path} is not valid JSON ({err}); delete the "
                                  "directory to rebuild the cache") from err
             if self.manifest.get("format") != FORMAT or self.manifest.get("version") != VERSION:
-                raise CacheError(f"{self.manifest_path} is not a {FORMAT} v{VERSION} manifest")
+                raise SoftTargetsError(f"{self.manifest_path} is not a {FORMAT} v{VERSION} manifest")
             if meta is not None and self.manifest["meta"] != _jsonable(meta):
-                raise CacheError(
+                raise SoftTargetsError(
                     f"the cache in {self.directory} was built for {self.manifest['meta']}, not "
                     f"{_jsonable(meta)}; use another directory or delete this one"
                 )
         else:
             if meta is None:
-                raise CacheError(f"no top-k cache in {self.directory} (missing {MANIFEST})")
+                raise SoftTargetsError(f"no soft-target shards in {self.directory} (missing {MANIFEST})")
             self.manifest = {"format": FORMAT, "version": VERSION, "meta": _jsonable(meta),
                              "shards": {}, "complete": False}
 
@@ -166,9 +166,9 @@ class TopKCache:
             return []
         path = self.shard_path(index)
         if entry is None or not path.exists():
-            raise CacheError(f"shard {index} is missing from {self.directory}")
+            raise SoftTargetsError(f"shard {index} is missing from {self.directory}")
         if verify and sha256_file(path) != entry["sha256"]:
-            raise CacheError(f"{path} does not match its checksum; delete it and rebuild the cache")
+            raise SoftTargetsError(f"{path} does not match its checksum; delete it and rebuild the cache")
         return unpack_examples(load_file(str(path)))
 
     def mark_complete(self, n_examples: int) -> None:
@@ -198,14 +198,14 @@ class TopKCache:
         }
 
 
-def build_cache(
+def build_soft_targets(
     directory: str | os.PathLike,
     meta: dict[str, Any],
     n_items: int,
     make_shard: Callable[[int, int], list[Example]],
     shard_size: int = 64,
     progress: Callable[[int], None] | None = None,
-) -> TopKCache:
+) -> SoftTargetShards:
     """Fill ``directory`` with shards of ``make_shard(start, stop)`` over ``range(n_items)``.
 
     Shards already written (by an earlier, possibly interrupted run with the same ``meta``) are
@@ -213,8 +213,8 @@ def build_cache(
     each finished or skipped shard covered.
     """
     if shard_size < 1:
-        raise CacheError(f"shard_size must be >= 1 (got {shard_size})")
-    cache = TopKCache(directory, {**meta, "shard_size": shard_size, "items": n_items})
+        raise SoftTargetsError(f"shard_size must be >= 1 (got {shard_size})")
+    cache = SoftTargetShards(directory, {**meta, "shard_size": shard_size, "items": n_items})
     total = 0
     for index, start in enumerate(range(0, n_items, shard_size)):
         stop = min(start + shard_size, n_items)
