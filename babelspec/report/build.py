@@ -107,7 +107,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             f"(held out), so the number is not the maximum of noisy medians it was chosen by. "
             f"Measured = wall-clock decode seconds per token (after the prompt's prefill, the "
             f"same for both) of plain decoding over those of speculative decoding, median over "
-            f"prompts run side by side; [low, high] = bootstrap 95% interval "
+            f"prompts run side by side; [low, high] = BCa bootstrap 95% interval "
             f"over prompts (– with fewer than 2 held-out prompts); computed in "
             f"{_measured_on(a, meta)}.",
             css="callout",
@@ -220,7 +220,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     blocks.append(Paragraph(
         "Per language and task the setting with the highest measured speedup above 1.0x, plain "
         "decoding otherwise (so no route is slower than plain decoding on the data it was chosen "
-        "on). A setting is taken only where its bootstrap 95% interval on the even-numbered "
+        "on). A setting is taken only where its BCa bootstrap 95% interval on the even-numbered "
         "prompts lies above 1.0x; its predicted speedup is what it measured on the odd-numbered "
         "prompts, which did not choose it."
     ))
@@ -232,7 +232,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         ["language", "task", "route", "γ", "on the choosing prompts", "predicted (held out)",
          "held-out pairs", "from"], rows,
         caption="Chosen on the even-numbered prompts, predicted from the odd-numbered ones; "
-        "[low, high] = bootstrap 95% interval over prompts. task * = the per-language route used "
+        "[low, high] = BCa bootstrap 95% interval over prompts. task * = the per-language route used "
         "when the task is not given.",
     ))  # fmt: skip
 
@@ -305,7 +305,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "almost none (see the data table).",
         f"At most {cfg.get('max_new_tokens')} new tokens per generation and "
         f"{cfg.get('prompts_per_cell')} prompts per cell, half of them choosing the headline's "
-        "and the router's settings and half measuring them: bootstrap 95% intervals over prompts "
+        "and the router's settings and half measuring them: BCa bootstrap 95% intervals over prompts "
         "are shown ([–] where fewer than 2 prompts leave none); differences inside them are noise.",
         "α follows the paper's code (matched / (matched + rejections)), pooled over a cell's "
         "generations (one that judged nothing adds nothing); f uses each cell's measured c on "
