@@ -11,6 +11,8 @@ from pathlib import Path
 
 import platformdirs
 
+from babelspec.fileio import fsync_dir
+
 CACHE_ENV = "BABELSPEC_CACHE"
 
 
@@ -45,7 +47,7 @@ def staging_dir(final: Path) -> Iterator[Path]:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)  # another process finished first: keep theirs
             return
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -59,19 +61,6 @@ def _fsync_tree(root: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 @contextmanager
