@@ -31,10 +31,14 @@ class GenerationResult:
     rejections: int = 0  # steps that ended in a rejection
     proposed_per_step: list[int] = field(default_factory=list)
     accepted_per_step: list[int] = field(default_factory=list)
-    draft_seconds: float = 0.0  # propose and commit (the drafter's rollback, replay, index)
+    draft_seconds: float = 0.0  # the drafter's start on the prompt, propose and commit (rollback, replay, index)
     target_seconds: float = 0.0  # verification forwards, prefill excluded
     rollback_seconds: float = 0.0  # the target's crops and replays after rejections
-    prefill_seconds: float = 0.0  # the target's prefill and the drafter's start
+    # The target's prefill of the prompt: the same for plain and speculative decoding. The
+    # drafter's own start (a neural drafter's prefill) is not in it: it is the drafter's cost,
+    # counted in draft_seconds and in the decode time a speedup divides.
+    prefill_seconds: float = 0.0
+    draft_start_seconds: float = 0.0  # the drafter's start on the prompt (also in draft_seconds)
     wall_seconds: float = 0.0
     draft_forwards: int = 0
     draft_forward_seconds: list[float] = field(default_factory=list)
@@ -79,15 +83,23 @@ class GenerationResult:
             return float("nan")
         return draft / (sum(self.target_forward_seconds) / len(self.target_forward_seconds))
 
-    def theoretical_speedup(self, gamma: int | None = None, c: float | None = None) -> float:
-        return theoretical_speedup(self.alpha, self.gamma if gamma is None else gamma,
+    @property
+    def drafted_per_step(self) -> float:
+        """Tokens actually drafted per verification step (below γ where the drafter stops early
+        or the budget ends a draft); NaN before a step."""
+        return self.proposed / self.steps if self.steps else float("nan")
+
+    def theoretical_speedup(self, gamma: float | None = None, c: float | None = None) -> float:
+        """f at the tokens actually drafted per step (``drafted_per_step``) unless ``gamma`` is given."""
+        return theoretical_speedup(self.alpha, self.drafted_per_step if gamma is None else gamma,
                                    self.c if c is None else c)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(n_tokens=self.n_tokens, n_chars=self.n_chars, alpha=self.alpha,
                  alpha_token=self.alpha_token, mean_accepted_length=self.mean_accepted_length,
-                 c=self.c, theoretical_speedup=self.theoretical_speedup())
+                 c=self.c, drafted_per_step=self.drafted_per_step,
+                 theoretical_speedup=self.theoretical_speedup())
         return d
 
 
@@ -150,6 +162,9 @@ def generate(
     prompt_ids = [int(t) for t in prompt_ids]
     validate_request(target, drafter, prompt_ids, gamma, max_new_tokens)
     tokenizer = target.tokenizer
+    if any(not isinstance(s, str) or not s for s in stop_strings):
+        raise ValueError(f"stop strings must be non-empty strings (got {list(stop_strings)!r}): an empty one "
+                         "would stop before the first token")
     if stop_strings and tokenizer is None:
         raise ValueError("stop strings need a target with a tokenizer to decode the output")
     if eos_token_ids is None:
@@ -167,8 +182,10 @@ def generate(
     target.prefill(prompt_ids[:-1])
     t0 = time.perf_counter()
     drafter.start(list(prompt_ids), sampling, generator)
+    draft_start = time.perf_counter() - t0
     result = GenerationResult(token_ids=[], text="", stop_reason="length", gamma=gamma,
-                              prefill_seconds=target.prefill_seconds + time.perf_counter() - t0)
+                              prefill_seconds=target.prefill_seconds, draft_start_seconds=draft_start,
+                              draft_seconds=draft_start)
     generated: list[int] = []
 
     while len(generated) < max_new_tokens:

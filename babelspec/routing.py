@@ -89,18 +89,32 @@ class Router:
         path = Path(path)
         if not path.is_file():
             raise ValueError(f"router file {str(path)!r} not found; `babelspec run` writes runs/NAME/router.json")
+        from pydantic import TypeAdapter, ValidationError
+
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise TypeError(f"the file holds a JSON {type(data).__name__}, not an object")
             if data.get("version") != ROUTER_VERSION:
                 raise ValueError(f"router file version {data.get('version')!r}, expected {ROUTER_VERSION}")
-            routes = []
             names = {f.name for f in fields(Route)}
-            for r in data["routes"]:
-                r = {k: (math.nan if v is None else v) for k, v in r.items() if k in names}
-                r["spec"] = _absolute_spec(r["spec"], path.parent)
-                routes.append(Route(**r))
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not a babelspec router file ({exc})") from exc
+            raw = data["routes"]
+            if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+                raise TypeError("'routes' must be a list of objects")
+            routes = TypeAdapter(list[Route]).validate_python(
+                [{k: (math.nan if v is None else v) for k, v in r.items() if k in names} for r in raw])
+            for route in routes:
+                route.spec = _absolute_spec(route.spec, path.parent)
+            if not isinstance(data.get("min_speedup", 1.0), (int, float)):
+                raise TypeError("'min_speedup' must be a number")
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise ValueError(f"{path}: not a babelspec router file (routes.{where}: {first['msg']})") from None
+        except KeyError as exc:
+            raise ValueError(f"{path}: not a babelspec router file (no {exc.args[0]!r} field)") from None
+        except (TypeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: not a babelspec router file ({exc})") from None
         return cls(routes=routes, target=data.get("target", ""), min_speedup=data.get("min_speedup", 1.0))
 
 

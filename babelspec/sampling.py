@@ -7,11 +7,18 @@ point mass at the arg-max of the penalised logits, so one rejection rule serves 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
+
+# Warping divides logits by the temperature and scales them by the penalty: outside these
+# bounds a float32 row can overflow to inf and its probabilities to NaN, which would make the
+# rejection sampler accept every drafted token (no longer lossless). Refused at the boundary.
+MIN_TEMPERATURE = 1e-3
+PENALTY_RANGE = (1e-3, 1e3)
 
 # The paper's decoding settings (``SamplingConfig.paper``): every default of the CLI and server.
 PAPER_TOP_K = 100
@@ -41,10 +48,13 @@ class SamplingConfig:
     seed: int = 0  # seed of the generation's random generator
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0 and not self.greedy:
+        if not self.greedy and not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(
                 f"temperature must be > 0 (got {self.temperature}); use greedy decoding for T = 0"
             )
+        if not self.greedy and self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be at least {MIN_TEMPERATURE} (got {self.temperature}): "
+                             "below it warping overflows; use greedy decoding for T = 0")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (got {self.top_k}); 0 turns it off")
         if not 0.0 < self.top_p <= 1.0:
@@ -53,6 +63,12 @@ class SamplingConfig:
             raise ValueError(
                 f"repetition_penalty must be > 0 (got {self.repetition_penalty}); 1.0 turns it off"
             )
+        low, high = PENALTY_RANGE
+        if not (math.isfinite(self.repetition_penalty) and low <= self.repetition_penalty <= high):
+            raise ValueError(f"repetition_penalty must be in [{low:g}, {high:g}] (got {self.repetition_penalty}); "
+                             "1.0 turns it off")
+        if not 0 <= self.seed < 1 << 63:
+            raise ValueError(f"seed must be an integer in [0, 2**63) (got {self.seed})")
         if self.repetition_window < 0:
             raise ValueError(f"repetition_window must be >= 0 (got {self.repetition_window})")
 
@@ -301,7 +317,10 @@ def _warp_row(x: np.ndarray, window: np.ndarray | None, config: SamplingConfig) 
         x[window] = _penalised(saved, config.repetition_penalty)
     try:
         if config.greedy:  # a point mass at the arg-max (the first one, as torch.argmax)
-            return _ONE, np.array([np.argmax(x)])
+            best = int(np.argmax(x))
+            if not math.isfinite(float(x[best])):
+                _check_finite(math.nan)
+            return _ONE, np.array([best])
         if 0 < config.top_k < vocab:
             ids = _top_candidates(x, config.top_k)
             values = x[ids]
@@ -318,12 +337,21 @@ def _warp_row(x: np.ndarray, window: np.ndarray | None, config: SamplingConfig) 
         ids = order if ids is None else ids[order]
     weights = np.exp(values - values[0] if ids is not None else values - values.max())  # softmax numerators
     cumulative = np.cumsum(weights, dtype=np.float64)
+    _check_finite(float(cumulative[-1]))
     if config.top_p < 1.0:
         # Drop a token when the mass before it already reaches top_p (the first always stays);
         # the row is sorted, so the mass before each token grows along it.
         kept = nucleus_size(weights, config.top_p, cumulative)
         return weights[:kept] / np.float32(cumulative[kept - 1]), ids[:kept]
     return weights / np.float32(cumulative[-1]), ids
+
+
+def _check_finite(total: float) -> None:
+    """A warped row must be a distribution: a NaN or infinite row would be accepted wholesale."""
+    if not (math.isfinite(total) and total > 0):
+        raise FloatingPointError(
+            f"a warped row of logits is not a distribution (mass {total}): the logits hold NaN or "
+            "infinite values; the model's forward or the sampling settings are broken")
 
 
 _ONE = np.ones(1, dtype=np.float32)

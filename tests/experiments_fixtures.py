@@ -14,8 +14,9 @@ def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall:
            accepted_per_step=(), proposed_per_step=(), looped: bool = False, seed: int = 0,
            trained_on: str = "", text: str = "") -> ExampleRecord:
     """One generation. The counts behind alpha come from the per-step lists where given
-    (a step whose accepted < proposed ends in a rejection), else 10 judged tokens at ``alpha``;
-    plain decoding judges nothing, so its alpha is NaN."""
+    (a step whose accepted < proposed ends in a rejection), else 10 judged tokens at ``alpha``
+    over ``tokens`` steps of ``gamma`` drafted tokens each; plain decoding judges nothing, so
+    its alpha is NaN."""
     if drafter == "none":
         accepted = rejections = 0
     elif proposed_per_step:
@@ -29,7 +30,8 @@ def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall:
         language=lang, task=task, drafter=drafter, gamma=gamma, prompt_index=prompt, seed=seed,
         drafter_spec="none" if drafter == "none" else f"{drafter}:x", trained_on=trained_on,
         alpha=accepted / judged if judged else math.nan, alpha_token=alpha,
-        proposed=sum(proposed_per_step) or judged, accepted=accepted, rejections=rejections,
+        proposed=sum(proposed_per_step) if proposed_per_step else (0 if drafter == "none" else gamma * tokens),
+        accepted=accepted, rejections=rejections,
         steps=len(proposed_per_step) or tokens,
         accepted_per_step=list(accepted_per_step), proposed_per_step=list(proposed_per_step),
         wall_seconds=wall, target_seconds=wall * 0.8, draft_seconds=wall * 0.1,

@@ -80,3 +80,25 @@ def test_the_drafters_commit_is_counted_as_drafting():
     result = generate(target, SlowCommit(reference + [0] * 8, vocab_size=64, spoil_every=3), PROMPT,
                       gamma=2, max_new_tokens=8, sampling=GREEDY)
     assert result.draft_seconds >= 0.01 * result.steps
+
+
+class SlowStartDrafter(NoDrafter):
+    """Plain decoding behind a drafter whose start on the prompt takes 0.2 s (a neural
+    drafter's own prefill, made long enough to see)."""
+
+    name = "slow-start"
+
+    def start(self, context_ids, sampling, generator) -> None:
+        time.sleep(0.2)
+
+
+def test_the_drafters_own_prefill_is_counted_against_it_not_as_the_shared_prefill():
+    result = generate(Target(tiny_qwen35(seed=1)), SlowStartDrafter(), PROMPT, max_new_tokens=4, sampling=GREEDY)
+    assert result.draft_start_seconds >= 0.2 and result.draft_seconds >= 0.2
+    assert result.prefill_seconds < 0.2  # the target's prefill alone: the same for plain decoding
+    from babelspec.experiments.store import ExampleRecord
+
+    record = ExampleRecord(language="amh", task="story", drafter="x", gamma=1, prompt_index=0, seed=0,
+                           wall_seconds=result.wall_seconds, prefill_seconds=result.prefill_seconds,
+                           draft_start_seconds=result.draft_start_seconds)
+    assert record.decode_seconds >= 0.2  # what a speedup divides includes the drafter's start

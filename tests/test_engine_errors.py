@@ -55,7 +55,11 @@ def test_unknown_drafter_spec(target):
 @pytest.mark.parametrize(
     "kwargs,message",
     [({"temperature": 0.0}, "temperature must be > 0"), ({"top_k": -1}, "top_k must be >= 0"),
-     ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"), ({"repetition_penalty": 0}, "repetition_penalty must be > 0")],
+     ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"), ({"repetition_penalty": 0}, "repetition_penalty must be > 0"),
+     # where warping would overflow into NaN rows (every draft accepted): refused
+     ({"temperature": 1e-40}, "temperature must be at least 0.001"),
+     ({"repetition_penalty": 1e30}, r"repetition_penalty must be in \[0.001, 1000\]"),
+     ({"seed": -1}, r"seed must be an integer in \[0, 2\*\*63\) \(got -1\)")],
 )
 def test_bad_sampling_settings(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -75,3 +79,26 @@ def test_eos_ends_generation(target):
     stopped = generate(target, NoDrafter(), [1, 2, 3], max_new_tokens=12, sampling=SamplingConfig(greedy=True),
                        eos_token_ids=[eos])
     assert stopped.token_ids == free.token_ids[: first + 1] and stopped.stop_reason == "eos"
+
+
+def test_an_empty_stop_string_is_refused(target):
+    with pytest.raises(ValueError, match="stop strings must be non-empty strings"):
+        generate(target, NoDrafter(), [1, 2], max_new_tokens=4, stop_strings=("",))
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_row_of_logits_that_is_not_finite_stops_the_engine(greedy):
+    """A NaN row would make every drafted token look accepted: warping refuses it."""
+    import numpy as np
+    import torch
+
+    from babelspec.sampling import warp
+
+    logits = torch.zeros(2, 64)
+    logits[1, 5] = float("nan") if not greedy else float("inf")
+    logits[1, 3] = float("nan")
+    config = SamplingConfig(greedy=greedy, top_k=0 if greedy else 10)
+    probs = warp(logits, config)
+    assert np.isclose(probs.prob(0, 0), 1.0 if greedy else 1 / 10)  # the finite row is fine
+    with pytest.raises(FloatingPointError, match="not a distribution"):
+        probs.prob(1, 0)

@@ -190,3 +190,38 @@ def test_a_cell_interval_is_scipys_bca_interval_when_each_prompt_has_one_pair():
 
 def test_an_interval_without_spread_is_the_value_itself():
     assert agg.median_interval({p: [1.25] for p in range(5)}) == (1.25, 1.25)
+
+
+def test_f_uses_the_tokens_actually_drafted_per_step_not_the_gamma_asked_for():
+    """γ 4 asked, but the drafter stops after 1 or 2 tokens: f is f at 1.5 drafted per step."""
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(2)]
+    rows += [record("amh", "story", "ng", 4, p, wall=1.0, accepted_per_step=[1, 0, 2, 1],
+                    proposed_per_step=[1, 2, 2, 1]) for p in range(2)]
+    [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
+    assert s.drafted_per_step == pytest.approx(1.5)
+    assert s.theoretical_f == pytest.approx(theoretical_speedup(s.alpha_mean, 1.5, s.c))
+    assert s.theoretical_f != pytest.approx(theoretical_speedup(s.alpha_mean, 4, s.c))
+
+
+def test_latency_per_character_compares_the_same_held_out_prompts():
+    """Plain decoding is slow on the even (choosing) prompts only: the headline's plain latency
+    per character is that of the odd prompts, where the best setting was measured too."""
+    rows = [record("amh", "story", "none", 0, p, wall=6.0 if p % 2 == 0 else 2.0) for p in range(4)]
+    rows += [record("amh", "story", "ng", 2, p, wall=1.0) for p in range(4)]
+    [row] = agg.language_summary(rows)
+    assert row.seconds_per_char_plain == pytest.approx(2.0 / 60)
+    assert row.seconds_per_char_best == pytest.approx(1.0 / 60)
+
+
+def test_the_worst_language_is_chosen_on_the_choosing_prompts_and_measured_on_the_others():
+    """amh is worst where its setting was chosen (1.1x against yor's 2.0x); on the held-out
+    prompts yor dips by chance to 0.9x. The worst language is amh, at its held-out 1.25x: the
+    minimum of the held-out medians (yor's dip) would report a number biased down."""
+    rows = []
+    for lang, choose, held in (("amh", 1.1, 1.25), ("yor", 2.0, 0.9)):
+        rows += [record(lang, "story", "none", 0, p, wall=2.0) for p in range(4)]
+        rows += [record(lang, "story", "ng", 2, p, wall=2.0 / (choose if p % 2 == 0 else held))
+                 for p in range(4)]
+    summary = agg.language_summary(rows)
+    [h] = [h for h in agg.headline(rows, summary) if h["task"] == "*"]
+    assert h["worst_language"] == "amh" and h["worst"] == pytest.approx(1.25)

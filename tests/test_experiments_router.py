@@ -4,6 +4,7 @@ half of the prompts and predicted from the other."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from experiments_fixtures import record, small_store
@@ -84,6 +85,13 @@ def test_unknown_language_and_bad_file_are_clear_errors(tmp_path, records):
         Router.load(bad)
     with pytest.raises(ValueError, match="not found"):
         Router.load(tmp_path / "missing.json")
+    # valid JSON of the wrong shape: a ValueError naming what is wrong, never an AttributeError
+    for body, words in (("[]", "holds a JSON list, not an object"), ('{"version": 1}', "no 'routes' field"),
+                        ('{"version": 1, "routes": [1]}', "'routes' must be a list of objects"),
+                        ('{"version": 1, "routes": [{"language": 3}]}', "routes.0.language: Input should be")):
+        bad.write_text(body)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            Router.load(bad)
 
 
 def _noisy_cell(lang: str, walls: dict[str, list[float]]) -> list:

@@ -115,7 +115,7 @@ def test_auto_uses_the_route_of_the_given_or_detected_language(setup, chat_serve
     for body in ({"drafter": "auto", "lang": "yor"}, {"drafter": "auto"}):  # given, then detected
         text, ids, _, extra = complete(chat_server, model, prompt=PROMPT, max_tokens=24, seed=3, extra_body=body)
         assert ids == ref["token_ids"] and text == ref["text"]
-        assert extra["drafter"] == f"auto:{setup['router']}" and extra["gamma"] == 2
+        assert extra["drafter"] == "auto" and extra["gamma"] == 2
         assert extra["route"]["drafter"] == "self1" and extra["lang"] == "yor"
         assert extra["lang_source"] == ("request" if "lang" in body else "detected")
         assert max(1, extra["proposed"]) <= 2 * extra["steps"]
@@ -158,12 +158,23 @@ BAD_COMPLETIONS = [
     ({"max_tokens": 10**9}, 400, "max_tokens", "8192 is the model's context window"),
     ({"max_tokens": 8190}, 400, "max_tokens", "exceeds the model's context window of 8192 tokens"),
     ({"prompt": [5] * 9000}, 400, "prompt", "9000 tokens, longer than the model's context window of 8192"),
-    ({"temperature": -0.5}, 400, "temperature", "temperature must be a number in [0, 2]"),
+    ({"temperature": -0.5}, 400, "temperature", "temperature must be a number in [0.001, 2], or 0 for greedy"),
+    # warping would overflow to NaN and accept every drafted token: refused, never decoded
+    ({"temperature": 1e-40}, 400, "temperature", "temperature must be a number in [0.001, 2], or 0 for greedy"),
+    ({"repetition_penalty": 1e30}, 400, "repetition_penalty", "must be a number in [0.001, 1000]"),
+    ({"seed": -1}, 400, "seed", "seed must be an integer in [0, 9223372036854775807] (got -1)"),
+    ({"stop": ""}, 400, "stop", "stop must be a non-empty string"),
     ({"top_p": 0}, 400, "top_p", "top_p must be a number in (0, 1]"),
     ({"top_p": 1.5}, 400, "top_p", "top_p must be a number in (0, 1]"),
     ({"lang": "xx"}, 400, "lang", "unknown language 'xx'; known codes: amh"),
     ({"lang": "ibo", "drafter": "auto"}, 400, "lang", "no route for language 'ibo'"),
-    ({"drafter": "bogus:1"}, 400, "drafter", "unknown drafter spec 'bogus:1'; known forms"),
+    ({"drafter": "bogus:1"}, 400, "drafter", "drafter 'bogus:1' is not offered by this server; choose one of "
+     "self:1, none, auto"),
+    # a request names one of the server's drafters, never a file or a model: nothing is read or loaded
+    ({"drafter": "ngram:/etc/passwd"}, 400, "drafter", "drafter 'ngram:/etc/passwd' is not offered by this server"),
+    ({"drafter": "auto:/etc/passwd"}, 400, "drafter", "drafter 'auto:/etc/passwd' is not offered by this server"),
+    ({"drafter": "distilled:/etc"}, 400, "drafter", "drafter 'distilled:/etc' is not offered by this server"),
+    ({"drafter": "model:some/hub-model"}, 400, "drafter", "drafter 'model:some/hub-model' is not offered"),
     ({"gamma": 0}, 400, "gamma", "gamma must be an integer in [1, 64]"),
     ({"n": 2}, 400, "n", "n must be 1"),
     ({"stop": ["a", "b", "c", "d", "e"]}, 400, "stop", "list of 1 to 4"),
@@ -174,18 +185,21 @@ BAD_COMPLETIONS = [
 @pytest.mark.parametrize("fields,status,param,words", BAD_COMPLETIONS, ids=[str(b[0])[:40] for b in BAD_COMPLETIONS])
 def test_bad_input_gets_an_openai_error_naming_the_field(setup, chat_server, fields, status, param, words):
     args = {"model": setup["model"], "prompt": "Hello", "max_tokens": 4}
-    extra = {k: fields.pop(k) for k in list(fields) if k in ("lang", "drafter", "gamma")}
+    extra = {k: fields.pop(k) for k in list(fields) if k in ("lang", "drafter", "gamma", "repetition_penalty")}
     with pytest.raises(openai.APIStatusError) as info:
         chat_server.client().completions.create(**{**args, **fields}, extra_body=extra)
     err = info.value
     assert err.status_code == status and err.body["param"] == param and words in err.body["message"]
     assert err.body["type"] == "invalid_request_error"
+    assert "root:" not in err.body["message"]  # no file's content, ever
 
 
 def test_malformed_json_and_missing_prompt_are_400(setup, chat_server):
     url = chat_server.url + "/v1/completions"
     status, body, _ = post(url, b'{"model": "x", "prompt": ')
     assert status == 400 and "not valid JSON" in body["error"]["message"] and body["error"]["code"] == "invalid_json"
+    status, body, _ = post(url, b"[" * 100_000)  # deeper than the JSON parser recurses: 400, not 500
+    assert status == 400 and "nests arrays or objects too deeply" in body["error"]["message"]
     status, body, _ = post(url, b"[1, 2]")
     assert status == 400 and "must be a JSON object" in body["error"]["message"]
     status, body, _ = post(url, json.dumps({"model": setup["model"], "max_tokens": 3}).encode())
@@ -206,7 +220,7 @@ def test_metrics_in_prometheus_text(setup, chat_server):
         return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix))
 
     assert value('babelspec_requests_total{endpoint="completions",status="200"}') >= 1
-    assert value('babelspec_drafter_choice_total{drafter="auto:') >= 1
+    assert value('babelspec_drafter_choice_total{drafter="auto"') >= 1  # labels: the server's drafter names
     assert value('babelspec_generated_tokens_total{lang="yor"}') >= 8
     assert value('babelspec_tokens_per_second{lang="yor"}') > 0
     assert 0 <= value('babelspec_acceptance{drafter="self:1",lang="yor"}') <= 1

@@ -36,7 +36,7 @@ def engine_overhead(steps: int = 300, gamma: int = 4, vocabs: tuple[int, ...] = 
             r = generate(target, drafter, [1, 2, 3, 4], gamma=gamma, max_new_tokens=64,
                          sampling=SamplingConfig.paper(seed=seed))
             forwards = r.target_seconds + sum(r.draft_forward_seconds)
-            per_step.append((r.wall_seconds - r.prefill_seconds - forwards) / r.steps)
+            per_step.append((r.wall_seconds - r.prefill_seconds - r.draft_start_seconds - forwards) / r.steps)
             done += r.steps
             seed += 1
         key = f"vocab_{vocab}"

@@ -94,7 +94,7 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
             t = targets[name]
             r = generate(t, make_drafter("none", t), prompt, gamma=1, max_new_tokens=plain_tokens,
                          sampling=SamplingConfig(greedy=True))
-            step[name].append((r.wall_seconds - r.prefill_seconds) / r.steps)
+            step[name].append((r.wall_seconds - r.prefill_seconds - r.draft_start_seconds) / r.steps)
     out: dict = {"benchmark": "forward", "target": target, "context_tokens": context,
                  "repeats": repeats, "threads": torch.get_num_threads(), "dtypes": {}}
     for dtype, forward in names:

@@ -41,9 +41,12 @@ def _prompts(target: str, langs: list[str], n: int) -> list[tuple[str, str]]:
     return [(lang, p.text) for lang in langs for p in get_task("translation").prompts(lang, tokenizer, per_lang)]
 
 
-def _start(target: str, router: str | None, port: int, queue: int, threads: int) -> subprocess.Popen:
+def _start(target: str, drafters: list[str], router: str | None, port: int, queue: int,
+           threads: int) -> subprocess.Popen:  # fmt: skip
     cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port), "--queue-size",
            str(queue), "--threads", str(threads)] + (["--router", router] if router else [])  # fmt: skip
+    for spec in drafters:  # the server offers exactly the drafters compared, each named by its spec
+        cmd += ["--drafter", spec]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
@@ -68,7 +71,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     prompts = _prompts(target, langs, max(len(langs), requests // 4))
     port = port or _free_port()
     load_before = os.getloadavg()
-    proc = _start(target, router, port, queue=2 * clients, threads=threads)
+    proc = _start(target, drafters, router, port, queue=2 * clients, threads=threads)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=3600)
     records: dict[str, list[dict]] = {d: [] for d in drafters}
     walls: dict[str, float] = dict.fromkeys(drafters, 0.0)

@@ -26,7 +26,7 @@ def distill_command(
     k: int = typer.Option(None, "--k", help="teacher soft-target shardsd per position"),
     max_examples: int = typer.Option(None, "--max-examples"),
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
-    cache_dir: str = typer.Option(None, "--cache-dir", help="soft targets directory"),
+    cache_dir: str = typer.Option(None, "--cache-dir", help="Where the soft-target shards go (default: the user cache directory)."),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
     dtype: str = typer.Option(None, "--dtype", help="teacher and student dtype: float32 (default: training "
                               "updates are kept in full precision), bfloat16 or auto"),

@@ -9,9 +9,12 @@ import typer
 
 def serve_command(
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
-    drafter: str = typer.Option("none", help="Default drafter spec (a request's 'drafter' overrides it); "
-                                "auto = the router's route for the request's language."),
-    router: str | None = typer.Option(None, help="Router file for auto (default: the installed router)."),
+    drafter: list[str] = typer.Option(
+        ["none"], help="A drafter requests may choose, SPEC or NAME=SPEC (repeatable; the first is the default; "
+        "requests name one, never a path or a model): e.g. bigram=ngram:amh.ngram, self:6, auto (the router's "
+        "route for the request's language). Plain decoding is always offered as 'none'."),
+    router: str | None = typer.Option(None, help="Router file for auto (default: the installed router); "
+                                      "given, auto is offered."),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8000, help="Port to listen on."),
     queue_size: int = typer.Option(16, min=0, help="Requests that may wait for the engine; more get 429."),
@@ -32,7 +35,7 @@ def serve_command(
         typer.echo(f"error: babelspec serve needs its extra ({err.name} is missing): pip install 'babelspec[serve]'",
                    err=True)  # fmt: skip
         raise typer.Exit(2) from None
-    from babelspec.serve.scheduler import Scheduler, is_auto
+    from babelspec.serve.scheduler import Scheduler, is_auto, parse_offers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -45,12 +48,14 @@ def serve_command(
             import torch
 
             torch.set_num_threads(threads)
+        offers = parse_offers(drafter)
         tgt = load_target(target)
-        if not is_auto(drafter):
-            make_drafter(drafter, tgt)  # a bad spec fails now, not on the first request
+        for spec in offers.values():
+            if not is_auto(spec):
+                make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request
         detector = OutputChecker.from_corpora([], use_langid=False).classifier
-        worker = Scheduler(tgt, served_model_name or target, drafter=drafter, router=router, queue_size=queue_size,
-                        request_timeout=request_timeout, detector=detector)  # fmt: skip
+        worker = Scheduler(tgt, served_model_name or target, drafter=offers, router=router, queue_size=queue_size,
+                           request_timeout=request_timeout, detector=detector)  # fmt: skip
     except APIError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None
@@ -58,6 +63,9 @@ def serve_command(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     app = create_app(worker, max_body_bytes=max_body_bytes)
-    print(f"babelspec serve: {served_model_name or target} with drafter {worker.default_drafter} on "
-          f"http://{host}:{port}/v1", file=sys.stderr, flush=True)  # fmt: skip
+    offered = ", ".join(f"{name} ({spec})" if name != spec else name for name, spec in worker.offers.items())
+    print(f"babelspec serve: {served_model_name or target} on http://{host}:{port}/v1; drafters {offered}, "
+          f"default {worker.default_offer}", file=sys.stderr, flush=True)  # fmt: skip
+    if worker.router_path:
+        print(f"babelspec serve: auto routes with {worker.router_path}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3)

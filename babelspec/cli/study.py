@@ -13,7 +13,9 @@ def run_command(
     profile: str = typer.Option(None, "--profile", "-p", help="A shipped profile: quick or full (default quick)."),
     data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (e.g. ../shared/corpora)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (logs only)."),
-    install_router: bool = typer.Option(True, help="Also install the run's router where `--drafter auto` finds it."),
+    install_router: bool = typer.Option(
+        False, help="Also install the run's router as the default of `--drafter auto` and `serve` (replacing "
+        "the one installed); without it, use auto:RUN/router.json."),
     ray: str = typer.Option(None, "--ray", help="Run the units on a Ray cluster: auto (the one this machine is in) or HOST:PORT of its head."),
     ray_workers: int = typer.Option(None, "--ray-workers", help="Ray workers to start (default: as many as the cluster holds)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (units, generations, estimated hours) and run nothing."),
@@ -55,6 +57,9 @@ def run_command(
         dest = install(out / "router.json")
         if dest:
             log(f"router installed at {dest} (used by `babelspec generate --drafter auto --lang L`)")
+    elif (out / "router.json").exists():
+        log(f"router at {out / 'router.json'}: use --drafter auto:{out / 'router.json'}, or rerun with "
+            "--install-router to make it the default")
     typer.echo(str(out))
 
 

@@ -69,7 +69,7 @@ class DistillConfig:
     lang: str = ""
     teacher: str = "gemma-3-270m"
     student: str = "self:6,head=corpus"
-    cache_dir: str = ""  # where soft targetss go; "" = the user cache directory
+    cache_dir: str = ""  # where soft-target shards go; "" = the user cache directory
     dtype: str = "float32"  # teacher (and student) dtype: float32 | bfloat16 | auto
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

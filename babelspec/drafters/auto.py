@@ -104,8 +104,8 @@ def auto_drafter(arg: str, target: Target, context: dict[str, Any],
         router = Router.load(path)
     except ValueError as exc:
         raise ValueError(
-            f"{exc}. Build one with `babelspec run --profile quick -o runs/demo` (it installs its "
-            f"router for `auto`) or pass auto:runs/NAME/router.json"
+            f"{exc}. Pass auto:runs/NAME/router.json (every `babelspec run` writes one), or make a "
+            f"run's router the default with `babelspec run ... --install-router`"
         ) from None
     route = router.route(lang, context.get("task"))
     inner = None

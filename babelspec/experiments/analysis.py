@@ -96,7 +96,9 @@ def analyse(store: Store) -> dict[str, Any]:
         "drafter_means": agg.drafter_means(stats),
         "cross_task": agg.cross_task_matrix(stats),
         "router": router.to_dict(),
-        "router_headline": {"mean": mean, "mean_low": low, "mean_high": high},  # held out
+        # held out; the worst route chosen on the choosing prompts, like the headline's
+        "router_headline": {"mean": mean, "mean_low": low, "mean_high": high,
+                            "worst": asdict(agg.worst_by_selection(routed)) if routed else None},
         "divergence": divergence,
         "divergence_correlation": correlations,
         "corpus": sizes,

@@ -49,7 +49,11 @@ class ExampleRecord:
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     wall_seconds: float = 0.0  # the whole generation: the prompt's prefill and decoding
-    prefill_seconds: float = math.nan  # the target's prefill and the drafter's start (NULL before it was stored)
+    # The target's prefill (NULL before it was stored). Until draft_start_seconds was stored it
+    # also held the drafter's start, so older stores leave a neural drafter's prefill out of
+    # decode_seconds; since then the drafter's start is decode time, counted against it.
+    prefill_seconds: float = math.nan
+    draft_start_seconds: float = math.nan  # the drafter's start on the prompt (NULL in older stores)
     draft_forward_seconds: list[float] = field(default_factory=list)
     target_forward_seconds: list[float] = field(default_factory=list)
     c: float = math.nan  # mean draft forward / mean target forward of this generation

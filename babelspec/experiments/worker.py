@@ -237,6 +237,7 @@ def make_record(it: WorkItem, result, check, prompt: Prompt, specs: dict[tuple[s
         proposed_per_step=list(result.proposed_per_step),
         draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
         wall_seconds=result.wall_seconds, prefill_seconds=result.prefill_seconds,
+        draft_start_seconds=result.draft_start_seconds,
         draft_forward_seconds=[round(x, 7) for x in result.draft_forward_seconds],
         target_forward_seconds=[round(x, 7) for x in result.target_forward_seconds],
         c=result.c, n_tokens=result.n_tokens, n_chars=result.n_chars,

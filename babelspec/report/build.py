@@ -114,8 +114,8 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         ))  # fmt: skip
         routed = [r for r in a["router"]["routes"] if r["task"] != "*"]
         if routed:
-            w = min(routed, key=lambda r: _num(r["predicted_speedup"]))
             rh = a.get("router_headline", {})
+            w = rh.get("worst") or min(routed, key=lambda r: _num(r["predicted_speedup"]))  # older analyses
             mean = rh.get("mean", _mean([r["predicted_speedup"] for r in routed]))
             blocks.append(Paragraph(
                 f"**With the router (`--drafter auto`): mean {_f(mean, suffix='x')} "

@@ -60,6 +60,9 @@ async def read_json(request: Request, limit: int) -> dict:
     except json.JSONDecodeError as err:
         raise APIError(400, f"the request body is not valid JSON ({err.msg} at line {err.lineno} column "
                        f"{err.colno}); send a JSON object", code="invalid_json") from None  # fmt: skip
+    except RecursionError:
+        raise APIError(400, "the request body nests arrays or objects too deeply to parse; send a flat JSON "
+                       "object", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, f"the request body must be a JSON object, not {type(data).__name__}", code="invalid_json")
     return data
@@ -160,10 +163,12 @@ def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
         answer("models", 200)
         return JSONResponse({"object": "list", "data": [
             {"id": model.model_id, "object": "model", "created": 0, "owned_by": "babelspec",
-             "context_window": model.max_context, "drafter": worker.default_drafter}]})  # fmt: skip
+             "context_window": model.max_context, "drafter": worker.default_offer,
+             "drafters": list(worker.offers)}]})  # fmt: skip
 
     async def health(request: Request):
-        return JSONResponse({"status": "ok", "model": model.model_id, "drafter": worker.default_drafter,
+        return JSONResponse({"status": "ok", "model": model.model_id, "drafter": worker.default_offer,
+                             "drafters": list(worker.offers),
                              "running": worker.running, "queued": worker.queued,
                              "queue_size": worker.queue_size})  # fmt: skip
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from babelspec.numeric import json_number
-from babelspec.sampling import PAPER_TOP_K, PAPER_TOP_P, SamplingConfig
+from babelspec.sampling import MIN_TEMPERATURE, PAPER_TOP_K, PAPER_TOP_P, PENALTY_RANGE, SamplingConfig
 
 DEFAULT_MAX_TOKENS = 128  # as `babelspec generate --max-new-tokens`
 MAX_GAMMA = 64
@@ -153,12 +153,14 @@ def _lang(body: dict) -> str | None:
 
 
 def _sampling_fields(body: dict) -> tuple[SamplingConfig, bool]:
-    temperature = _number(body, "temperature", 1.0, lambda v: 0 <= v <= 2, "in [0, 2]; 0 is greedy")
+    temperature = _number(body, "temperature", 1.0, lambda v: v == 0 or MIN_TEMPERATURE <= v <= 2,
+                          f"in [{MIN_TEMPERATURE}, 2], or 0 for greedy decoding")
     top_p = _number(body, "top_p", PAPER_TOP_P, lambda v: 0 < v <= 1, "in (0, 1]; 1 turns it off")
     top_k = _integer(body, "top_k", PAPER_TOP_K, 0, 1 << 30, "; 0 turns it off")
     greedy = temperature == 0
-    penalty = _number(body, "repetition_penalty", None, lambda v: v > 0, "> 0; 1 turns it off")
-    seed = _integer(body, "seed", None, -(1 << 63), (1 << 63) - 1)
+    penalty = _number(body, "repetition_penalty", None, lambda v: PENALTY_RANGE[0] <= v <= PENALTY_RANGE[1],
+                      f"in [{PENALTY_RANGE[0]:g}, {PENALTY_RANGE[1]:g}]; 1 turns it off")
+    seed = _integer(body, "seed", None, 0, (1 << 63) - 1)
     seed_given = seed is not None
     if seed is None:
         seed = secrets.randbelow(1 << 31)  # reported back in the response, so it can be replayed
@@ -273,7 +275,7 @@ def babelspec_info(outcome) -> dict:
     """The extra ``babelspec`` object: how this request was drafted and how it went."""
     r, d = outcome.result, outcome.drafting
     return {
-        "drafter": d.spec, "drafter_name": d.name, "gamma": d.gamma, "route": d.route,
+        "drafter": d.offer, "drafter_name": d.name, "gamma": d.gamma, "route": d.route,
         "alpha": json_number(r.alpha), "lang": d.lang, "lang_source": d.lang_source,
         "detected_lang": d.detected_lang, "seed": outcome.seed, "token_ids": r.token_ids,
         "proposed": r.proposed, "accepted": r.accepted, "steps": r.steps,

@@ -40,11 +40,34 @@ def is_auto(spec: str) -> bool:
     return spec == "auto" or spec.startswith("auto:")
 
 
+def parse_offers(entries: str | list[str] | dict[str, str]) -> dict[str, str]:
+    """The drafters a server offers, ``{name: spec}`` in order (the first is the default), from
+    ``--drafter`` entries ``NAME=SPEC`` or ``SPEC`` (named by itself). Plain decoding is always
+    offered as ``none``."""
+    if isinstance(entries, dict):
+        offers = dict(entries)
+    else:
+        offers = {}
+        for entry in [entries] if isinstance(entries, str) else entries:
+            name, eq, spec = entry.partition("=")
+            name, spec = (name.strip(), spec.strip()) if eq else (entry.strip(), entry.strip())
+            if not name or not spec:
+                raise ValueError(f"--drafter {entry!r}: write SPEC or NAME=SPEC (e.g. bigram=ngram:amh.ngram)")
+            if name in offers:
+                raise ValueError(f"--drafter: the name {name!r} is given twice")
+            offers[name] = spec
+    if not offers:
+        offers = {"none": "none"}
+    offers.setdefault("none", "none")
+    return offers
+
+
 @dataclass
 class Drafting:
     """How a request was drafted, as the response's ``babelspec`` object reports it."""
 
     spec: str  # the drafter spec built, as `babelspec generate --drafter` takes it
+    offer: str = ""  # the name the request chose among the server's drafters (the metrics' label)
     name: str = ""
     gamma: int = 0  # tokens drafted per step at most (0 for plain decoding)
     route: dict | None = None  # the router's route, for auto
@@ -106,12 +129,27 @@ def detect_language(classifier: Any, text: str) -> str | None:
 
 
 class Scheduler:
-    def __init__(self, target: Any, model_id: str, *, drafter: str = "none", router: str | None = None,
-                 queue_size: int = 16, request_timeout: float = 600.0, detector: Any = None,
-                 metrics: Metrics | None = None) -> None:  # fmt: skip
+    def __init__(self, target: Any, model_id: str, *, drafter: str | list[str] | dict[str, str] = "none",
+                 router: str | None = None, queue_size: int = 16, request_timeout: float = 600.0,
+                 detector: Any = None, metrics: Metrics | None = None) -> None:  # fmt: skip
+        """``drafter``: the drafters requests may choose from, fixed here (``parse_offers``);
+        ``router``: the router of ``auto``, loaded here (else an ``auto:PATH`` entry's, else the
+        installed default where ``auto`` is offered)."""
         self.target, self.model_id = target, model_id
-        self.default_drafter = f"auto:{router}" if drafter == "auto" and router else drafter
+        self.offers = parse_offers(drafter)
+        self.default_offer = next(iter(self.offers))
+        autos = [spec for spec in self.offers.values() if is_auto(spec)]
+        if len(set(autos)) > 1:
+            raise ValueError(f"--drafter: one router per server (got {', '.join(autos)}); name it with --router")
+        if router is None and autos:
+            router = autos[0].partition(":")[2] or str(default_router_path())
         self.router_path = router
+        if router is not None:  # auto is offered under its own name, with the router fixed now
+            for name, spec in list(self.offers.items()):
+                if is_auto(spec):
+                    self.offers[name] = f"auto:{router}"
+            self.offers.setdefault("auto", f"auto:{router}")
+        self.default_drafter = self.offers[self.default_offer]
         self.queue_size, self.request_timeout = queue_size, request_timeout
         self.detector = detector
         self.metrics = metrics or Metrics()
@@ -123,9 +161,13 @@ class Scheduler:
         self.running = 0
         self._seconds_per_request = 1.0  # moving average, for Retry-After
         self._drafters: OrderedDict[tuple, Any] = OrderedDict()
-        self._routers: dict[str, Any] = {}
-        if is_auto(self.default_drafter):
-            self.router(self.default_drafter)  # a missing or broken router fails at start, not per request
+        self._router = None
+        if router is not None:  # a missing or broken router fails at start, not per request
+            try:
+                self._router = Router.load(router)
+            except ValueError as err:
+                raise ValueError(f"{err}. Give the server --router runs/NAME/router.json (every `babelspec run` "
+                                 "writes one)") from None  # fmt: skip
 
     # --- admission ---
     @property
@@ -150,15 +192,14 @@ class Scheduler:
     def detect(self, text: str) -> str | None:
         return detect_language(self.detector, text)
 
-    def router(self, spec: str) -> Any:
-        path = spec.partition(":")[2] or self.router_path or str(default_router_path())
-        if path not in self._routers:
-            try:
-                self._routers[path] = Router.load(path)
-            except ValueError as err:
-                raise bad("drafter", f"{err}. Build one with `babelspec run --profile quick -o runs/demo` or give "
-                          "the server --router FILE") from None  # fmt: skip
-        return self._routers[path]
+    def offered(self, name: str) -> str:
+        """The spec of a drafter the request named; 400 for any other name, with no file read
+        and no model loaded (a request cannot name a path or a model, only a name)."""
+        if name not in self.offers:
+            shown = name if len(name) <= 64 else name[:61] + "..."
+            raise bad("drafter", f"drafter {shown!r} is not offered by this server; choose one of "
+                      f"{', '.join(self.offers)} (the server's --drafter sets them)")  # fmt: skip
+        return self.offers[name]
 
     def resolve(self, req: GenerationRequest) -> Drafting:
         """The drafter spec and language of a request (cheap: nothing is built here)."""
@@ -167,15 +208,15 @@ class Scheduler:
         detected = self.detect(req.text)
         lang = req.lang or (detected if detected in LANGUAGES else None)
         source = "request" if req.lang else ("detected" if lang else None)
-        spec = req.drafter or self.default_drafter
-        d = Drafting(spec=spec, lang=lang, lang_source=source, detected_lang=detected, gamma=req.gamma or 0)
+        offer = req.drafter or self.default_offer
+        spec = self.offered(offer)
+        d = Drafting(spec=spec, offer=offer, lang=lang, lang_source=source, detected_lang=detected,
+                     gamma=req.gamma or 0)
         if spec == "none":
             d.gamma = 0
         if not is_auto(spec):
             return d
-        if spec == "auto" and self.router_path:
-            spec = d.spec = f"auto:{self.router_path}"
-        router = self.router(spec)
+        router = self._router
         try:
             if lang is None:
                 raise ValueError("no language given or detected")
@@ -187,7 +228,7 @@ class Scheduler:
             d.spec, d.gamma, d.route = "none", 0, {"drafter": "none", "reason": str(err)}
             return d
         d.gamma = min(req.gamma or route.gamma, route.gamma)
-        d.route = {"drafter": route.drafter, "spec": route.spec, "gamma": route.gamma, "source": route.source,
+        d.route = {"drafter": route.drafter, "gamma": route.gamma, "source": route.source,
                    "predicted_speedup": route.predicted_speedup if math.isfinite(route.predicted_speedup) else None}  # fmt: skip
         return d
 
@@ -243,8 +284,8 @@ class Scheduler:
             result = generate(self.target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
                               sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
             lang = d.lang or "unknown"
-            self.metrics.choice.labels(lang, d.spec).inc()
-            self.metrics.generation(lang, d.spec, result)
+            self.metrics.choice.labels(lang, d.offer).inc()
+            self.metrics.generation(lang, d.offer, result)
             if result.stop_reason == "stopped":
                 if job.cancelled.is_set() or self._closing.is_set():
                     outcome_kind = "cancelled"
