@@ -113,7 +113,8 @@ def test_alpha_pools_counts_and_a_generation_that_judged_nothing_adds_nothing():
     [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
     assert s.alpha_mean == pytest.approx(7 / 11)  # (6 + 0 + 1) / (6 + 1 + 0 + 1 + 3)
     assert s.n_judged == 2
-    assert s.theoretical_f == pytest.approx(theoretical_speedup(7 / 11, 2, s.c))
+    # f at the 14 tokens drafted over 8 steps, not at γ 2
+    assert s.theoretical_f == pytest.approx(theoretical_speedup(7 / 11, 14 / 8, s.c))
 
 
 def test_the_headline_setting_is_measured_on_prompts_that_did_not_choose_it():

@@ -33,7 +33,7 @@ from babelspec.experiments.store import Store  # noqa: E402
 LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]
 # Everything about a generation that does not depend on where or when it ran.
-TIMING = {"draft_seconds", "target_seconds", "wall_seconds", "prefill_seconds",
+TIMING = {"draft_seconds", "target_seconds", "wall_seconds", "prefill_seconds", "draft_start_seconds",
           "draft_forward_seconds", "target_forward_seconds", "c", "started_at", "finished_at",
           "machine", "versions"}  # fmt: skip
 

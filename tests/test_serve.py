@@ -123,7 +123,8 @@ def test_auto_uses_the_route_of_the_given_or_detected_language(setup, chat_serve
     _, _, _, amh = complete(chat_server, model, prompt=AMHARIC, max_tokens=8, extra_body={"drafter": "auto"})
     assert amh["lang"] == "amh" and amh["route"]["drafter"] == "none" and amh["proposed"] == 0
     _, _, _, eng = complete(chat_server, model, prompt=ENGLISH, max_tokens=8, extra_body={"drafter": "auto"})
-    assert eng["detected_lang"] == "eng" and eng["drafter"] == "none" and "no language" in eng["route"]["reason"]
+    assert eng["detected_lang"] == "eng" and eng["drafter"] == "auto" and eng["proposed"] == 0
+    assert eng["route"]["drafter"] == "none" and "no language" in eng["route"]["reason"]
 
 
 def test_chat_completion_streamed_and_not(setup, chat_server):

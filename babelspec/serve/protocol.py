@@ -321,36 +321,56 @@ def chunk(req: GenerationRequest, model_id: str, text: str | None, *, finish: st
 class TextStream:
     """Text deltas of a growing token sequence that never take back what was sent.
 
-    Holds back an incomplete UTF-8 character and any tail that could begin a stop string, so
-    the deltas always add up to the final text (which the engine cuts before a stop string).
+    Decodes incrementally (tokenizers' ``DecodeStream``: each token once, linear in the output;
+    an incomplete UTF-8 character waits for its last byte) and holds back any tail that could
+    begin a stop string, so the deltas add up to the final text, which the engine cuts before a
+    stop string. A tokenizer without a fast backend is decoded whole at each block instead.
     """
 
     def __init__(self, tokenizer: Any, stops: tuple[str, ...]) -> None:
+        from tokenizers.decoders import DecodeStream
+
         self.tokenizer, self.stops = tokenizer, stops
-        self.ids: list[int] = []
-        self.sent = ""
+        self._backend = getattr(tokenizer, "backend_tokenizer", None)
+        self._stream = DecodeStream(skip_special_tokens=True) if self._backend is not None else None
+        self._ids: list[int] = []  # only without a fast backend
+        self._hold = max((len(s) for s in stops), default=0)
+        self.text = ""  # everything decoded so far
+        self.sent = 0  # characters of it sent
+
+    def _extend(self, ids: list[int]) -> None:
+        if self._stream is not None:
+            self.text += "".join(piece for piece in (self._stream.step(self._backend, i) for i in ids) if piece)
+            return
+        self._ids.extend(ids)
+        text = self.tokenizer.decode(self._ids, skip_special_tokens=True).rstrip("\ufffd")
+        if text.startswith(self.text):
+            self.text = text
 
     def push(self, ids: list[int]) -> str:
-        self.ids.extend(ids)
-        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
-        safe = len(text)
-        while safe and text[safe - 1] == "\ufffd":
-            safe -= 1
+        self._extend(ids)
+        safe = len(self.text)
+        start = max(0, self.sent - self._hold)  # a stop string ends after what was sent
         for s in self.stops:
-            i = text.find(s)
+            i = self.text.find(s, start)
             if i >= 0:
                 safe = min(safe, i)
                 continue
-            for k in range(min(len(s) - 1, len(text)), 0, -1):
-                if text.endswith(s[:k]):
-                    safe = min(safe, len(text) - k)
+            for k in range(min(len(s) - 1, len(self.text)), 0, -1):
+                if self.text.endswith(s[:k]):
+                    safe = min(safe, len(self.text) - k)
                     break
-        if safe <= len(self.sent) or not text.startswith(self.sent):
+        if safe <= self.sent:
             return ""
-        delta, self.sent = text[len(self.sent) : safe], text[:safe]
+        delta, self.sent = self.text[self.sent : safe], safe
         return delta
 
     def finish(self, final_text: str) -> str:
-        rest = final_text[len(self.sent) :] if final_text.startswith(self.sent) else ""
-        self.sent += rest
+        """The rest of ``final_text`` after what was sent (which is always a prefix of it)."""
+        sent = self.text[: self.sent]
+        if not final_text.startswith(sent):
+            raise RuntimeError(f"streamed text {sent[-40:]!r} is not a prefix of the final text; "
+                               "the tokenizer's incremental decoding disagrees with its decode")
+        rest = final_text[self.sent :]
+        self.text, self.sent = final_text, len(final_text)
         return rest
