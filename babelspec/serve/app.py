@@ -172,6 +172,11 @@ def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
                              "running": worker.running, "queued": worker.queued,
                              "queue_size": worker.queue_size})  # fmt: skip
 
+    async def openapi(request: Request):
+        from babelspec.serve.schema import openapi as schema
+
+        return JSONResponse(schema())
+
     async def prometheus(request: Request):
         from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -179,7 +184,7 @@ def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
 
     async def http_error(request: Request, exc: HTTPException):
         hint = {404: "the endpoints are POST /v1/completions, POST /v1/chat/completions, GET /v1/models, "
-                     "GET /health, GET /metrics",
+                     "GET /health, GET /metrics, GET /openapi.json",
                 405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, "")  # fmt: skip
         err = APIError(exc.status_code, f"{exc.detail}: {request.url.path}; {hint}".rstrip("; "),
                        code="not_found" if exc.status_code == 404 else None)  # fmt: skip
@@ -195,6 +200,7 @@ def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
         Route("/v1/models", models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
+        Route("/openapi.json", openapi, methods=["GET"]),
     ]
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):

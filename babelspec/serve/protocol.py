@@ -8,7 +8,6 @@ fields: ``top_k``, ``repetition_penalty``, ``gamma``, ``lang``, ``task``, ``draf
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 import uuid
@@ -16,12 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from babelspec.numeric import json_number
-from babelspec.sampling import MIN_TEMPERATURE, PAPER_TOP_K, PAPER_TOP_P, PENALTY_RANGE, SamplingConfig
+from babelspec.sampling import PAPER_TOP_K, PAPER_TOP_P, SamplingConfig
 
 DEFAULT_MAX_TOKENS = 128  # as `babelspec generate --max-new-tokens`
-MAX_GAMMA = 64
-MAX_STOP_STRINGS = 4  # OpenAI's limit
-CHAT_ROLES = ("system", "developer", "user", "assistant")
 # Fields of the OpenAI API this server does not implement: given with a non-default value,
 # they are refused rather than silently ignored.
 UNSUPPORTED = {
@@ -76,37 +72,21 @@ class GenerationRequest:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _fields(parse: type, body: dict):
+    """The body checked against its Pydantic model (types, ranges): a 400 naming the first bad field."""
+    from babelspec.serve.schema import RequestFieldError, parse_body
+
+    try:
+        return parse_body(parse, body)
+    except RequestFieldError as err:
+        hint = _MISSING.get(err.field) if err.message.startswith("missing") else None
+        raise bad(err.field, f"{err.message}: {hint}" if hint else err.message) from None
 
 
-def _is_number(v: Any) -> bool:
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-def _number(body: dict, name: str, default: float | None, ok, rule: str) -> float | None:
-    v = body.get(name)
-    if v is None:
-        return default
-    if not _is_number(v) or not ok(v):
-        raise bad(name, f"{name} must be a number {rule} (got {v!r})")
-    return float(v)
-
-
-def _integer(body: dict, name: str, default: int | None, lo: int, hi: int, hint: str = "") -> int | None:
-    v = body.get(name)
-    if v is None:
-        return default
-    if not _is_int(v) or not lo <= v <= hi:
-        raise bad(name, f"{name} must be an integer in [{lo}, {hi}] (got {v!r}){hint}")
-    return v
-
-
-def _string(body: dict, name: str) -> str | None:
-    v = body.get(name)
-    if v is not None and (not isinstance(v, str) or not v.strip()):
-        raise bad(name, f"{name} must be a non-empty string (got {v!r})")
-    return v.strip() if v is not None else None
+_MISSING = {
+    "prompt": 'give the text to continue, e.g. "prompt": "Once upon a time"',
+    "messages": 'give a list such as [{"role": "user", "content": "Hello"}]',
+}
 
 
 def check_model(body: dict, model: ModelInfo) -> None:
@@ -122,135 +102,98 @@ def _check_unsupported(body: dict) -> None:
     for name, defaults in UNSUPPORTED.items():
         if name in body and body[name] not in defaults:
             raise bad(name, f"{name} is not supported by babelspec serve; leave it out")
-    if body.get("n") not in (None, 1):
-        raise bad("n", f"n must be 1 (got {body.get('n')!r}): one completion per request")
     fmt = body.get("response_format")
     if fmt not in (None, {}) and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
         raise bad("response_format", "response_format other than text is not supported; leave it out")
 
 
-def _stop(body: dict) -> tuple[str, ...]:
-    v = body.get("stop")
-    if v is None:
-        return ()
-    stops = [v] if isinstance(v, str) else v
-    if (not isinstance(stops, list) or not 1 <= len(stops) <= MAX_STOP_STRINGS
-            or not all(isinstance(s, str) and s for s in stops)):  # fmt: skip
-        raise bad("stop", f"stop must be a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them (got {v!r})")
-    return tuple(stops)
-
-
-def _lang(body: dict) -> str | None:
+def _lang(v: str | None) -> str | None:
     from babelspec.data.languages import get_language
 
-    v = _string(body, "lang")
     if v is None:
         return None
     try:
-        return get_language(v).code
+        return get_language(v.strip()).code
     except ValueError as err:
         raise bad("lang", f"{err}; or leave 'lang' out to detect the language of the prompt") from None
 
 
-def _sampling_fields(body: dict) -> tuple[SamplingConfig, bool]:
-    temperature = _number(body, "temperature", 1.0, lambda v: v == 0 or MIN_TEMPERATURE <= v <= 2,
-                          f"in [{MIN_TEMPERATURE}, 2], or 0 for greedy decoding")
-    top_p = _number(body, "top_p", PAPER_TOP_P, lambda v: 0 < v <= 1, "in (0, 1]; 1 turns it off")
-    top_k = _integer(body, "top_k", PAPER_TOP_K, 0, 1 << 30, "; 0 turns it off")
-    greedy = temperature == 0
-    penalty = _number(body, "repetition_penalty", None, lambda v: PENALTY_RANGE[0] <= v <= PENALTY_RANGE[1],
-                      f"in [{PENALTY_RANGE[0]:g}, {PENALTY_RANGE[1]:g}]; 1 turns it off")
-    seed = _integer(body, "seed", None, 0, (1 << 63) - 1)
-    seed_given = seed is not None
-    if seed is None:
-        seed = secrets.randbelow(1 << 31)  # reported back in the response, so it can be replayed
-    config = SamplingConfig.paper(seed, greedy=greedy, repetition_penalty=penalty, top_k=top_k, top_p=top_p,
-                                  temperature=temperature if not greedy else 1.0)
-    return config, seed_given
+def _sampling(f) -> tuple[SamplingConfig, bool]:
+    greedy = f.temperature == 0
+    seed = f.seed if f.seed is not None else secrets.randbelow(1 << 31)  # reported back, so it can be replayed
+    config = SamplingConfig.paper(
+        seed, greedy=greedy, repetition_penalty=f.repetition_penalty,
+        top_k=PAPER_TOP_K if f.top_k is None else f.top_k, top_p=PAPER_TOP_P if f.top_p is None else f.top_p,
+        temperature=1.0 if greedy or f.temperature is None else f.temperature)  # fmt: skip
+    return config, f.seed is not None
 
 
-def _max_tokens(body: dict, names: tuple[str, ...], prompt_len: int, model: ModelInfo) -> int:
+def _max_tokens(name: str, v: int | None, prompt_len: int, model: ModelInfo) -> int:
     window = model.max_context
     if window is not None and prompt_len >= window:
         raise bad("prompt", f"the prompt is {prompt_len} tokens, longer than the model's context window of "
                   f"{window} tokens; shorten the prompt")  # fmt: skip
-    name = next((n for n in names if body.get(n) is not None), names[0])
     limit = window if window is not None else 1 << 20
-    v = _integer(body, name, None, 1, limit, "" if window is None else f"; {window} is the model's context window")
     if v is None:
         return DEFAULT_MAX_TOKENS if window is None else min(DEFAULT_MAX_TOKENS, window - prompt_len)
+    if not 1 <= v <= limit:
+        hint = "" if window is None else f"; {window} is the model's context window"
+        raise bad(name, f"{name} must be an integer in [1, {limit}] (got {v}){hint}")
     if window is not None and prompt_len + v > window:
         raise bad(name, f"the prompt ({prompt_len} tokens) + {name} ({v}) exceeds the model's context window of "
                   f"{window} tokens; shorten the prompt or lower {name} to at most {window - prompt_len}")  # fmt: skip
     return v
 
 
-def _common(kind: str, body: dict, model: ModelInfo, prompt_ids: list[int], text: str,
-            max_names: tuple[str, ...]) -> GenerationRequest:  # fmt: skip
-    sampling, seed_given = _sampling_fields(body)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise bad("stream", f"stream must be true or false (got {stream!r})")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise bad("stream_options", "stream_options must be an object such as {\"include_usage\": true}")
+def _common(kind: str, f, model: ModelInfo, prompt_ids: list[int], text: str, max_name: str,
+            max_tokens: int | None) -> GenerationRequest:  # fmt: skip
+    sampling, seed_given = _sampling(f)
     if not prompt_ids:
         raise bad("prompt", "the prompt is empty after tokenisation; give at least one token")
+    stops = () if f.stop is None else (f.stop,) if isinstance(f.stop, str) else tuple(f.stop)
     return GenerationRequest(
         kind=kind, prompt_ids=prompt_ids, text=text,
-        max_tokens=_max_tokens(body, max_names, len(prompt_ids), model), sampling=sampling,
-        seed_given=seed_given, stop=_stop(body),
-        gamma=_integer(body, "gamma", None, 1, MAX_GAMMA, "; drafter 'none' is plain decoding"),
-        drafter=_string(body, "drafter"), lang=_lang(body), task=_string(body, "task"),
-        stream=stream, include_usage=bool(options.get("include_usage")),
+        max_tokens=_max_tokens(max_name, max_tokens, len(prompt_ids), model), sampling=sampling,
+        seed_given=seed_given, stop=stops, gamma=f.gamma,
+        drafter=f.drafter.strip() if f.drafter else None, lang=_lang(f.lang),
+        task=f.task.strip() if f.task else None, stream=f.stream,
+        include_usage=bool(f.stream_options and f.stream_options.include_usage),
     )  # fmt: skip
 
 
 def parse_completion(body: dict, model: ModelInfo) -> GenerationRequest:
+    from babelspec.serve.schema import CompletionRequest
+
     check_model(body, model)
+    f = _fields(CompletionRequest, body)
     _check_unsupported(body)
-    prompt = body.get("prompt")
-    if prompt is None:
-        raise bad("prompt", "missing 'prompt': give the text to continue, e.g. \"prompt\": \"Once upon a time\"")
+    prompt = f.prompt
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str):
         ids, text = list(model.tokenizer(prompt)["input_ids"]), prompt  # as `babelspec generate --prompt`
-    elif isinstance(prompt, list) and prompt and all(_is_int(t) for t in prompt):
+    elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
         vocab = len(model.tokenizer)
         if not all(0 <= t < vocab for t in prompt):
             raise bad("prompt", f"prompt token ids must lie in [0, {vocab})")
         ids, text = list(prompt), model.tokenizer.decode(prompt, skip_special_tokens=True)
     else:
         raise bad("prompt", "prompt must be a string or a list of token ids (one prompt per request)")
-    return _common("completion", body, model, ids, text, ("max_tokens",))
-
-
-def _content(message: Any, i: int) -> tuple[str, str]:
-    if not isinstance(message, dict) or message.get("role") not in CHAT_ROLES:
-        raise bad("messages", f"messages[{i}] must be an object with a role in {list(CHAT_ROLES)} and a content")
-    content = message.get("content")
-    if isinstance(content, list):  # content parts: only text is understood
-        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-                   for p in content):  # fmt: skip
-            raise bad("messages", f"messages[{i}].content: only text parts are supported")
-        content = "".join(p["text"] for p in content)
-    if not isinstance(content, str):
-        raise bad("messages", f"messages[{i}].content must be a string")
-    return message["role"], content
+    return _common("completion", f, model, ids, text, "max_tokens", f.max_tokens)
 
 
 def parse_chat(body: dict, model: ModelInfo) -> GenerationRequest:
+    from babelspec.serve.schema import ChatCompletionRequest
+
     check_model(body, model)
-    _check_unsupported(body)
     tokenizer = model.tokenizer
     if not getattr(tokenizer, "chat_template", None):
         raise bad("messages", f"the model {model.model_id!r} has no chat template (a base model): send the "
                   "text to POST /v1/completions as 'prompt' instead")  # fmt: skip
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise bad("messages", "missing 'messages': give a list such as [{\"role\": \"user\", \"content\": \"Hello\"}]")
-    turns = [dict(zip(("role", "content"), _content(m, i))) for i, m in enumerate(messages)]
+    f = _fields(ChatCompletionRequest, body)
+    _check_unsupported(body)
+    turns = [{"role": m.role, "content": m.content if isinstance(m.content, str) else
+              "".join(part.text for part in m.content)} for m in f.messages]  # fmt: skip
     try:
         text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
     except Exception as err:  # noqa: BLE001 - a template may refuse a conversation (roles, order)
@@ -259,7 +202,9 @@ def parse_chat(body: dict, model: ModelInfo) -> GenerationRequest:
     bos = getattr(tokenizer, "bos_token", None)
     ids = list(tokenizer(text, add_special_tokens=not (bos and text.startswith(bos)))["input_ids"])
     user_text = "\n".join(t["content"] for t in turns if t["role"] == "user")
-    return _common("chat", body, model, ids, user_text, ("max_completion_tokens", "max_tokens"))
+    name = "max_completion_tokens" if f.max_completion_tokens is not None else "max_tokens"
+    limit = f.max_completion_tokens if f.max_completion_tokens is not None else f.max_tokens
+    return _common("chat", f, model, ids, user_text, name, limit)
 
 
 def finish_reason(stop_reason: str) -> str:
