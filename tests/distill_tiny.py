@@ -57,10 +57,13 @@ def run(out_dir: str, slow: bool) -> None:
     torch.set_num_threads(1)
     teacher, examples, _ = teacher_and_examples()
     student = build_student(StudentSpec.parse("self:1"), teacher)
+    # A dev split and an evaluation every 2 steps: the learning curve and the best weights are
+    # part of what a resumed run must reproduce (patience high enough to train every step).
     config = TrainConfig(steps=10, batch_size=2, grad_accum=2, lr=5e-3, warmup_ratio=0.2,
-                         checkpoint_every=2)
-    data = SlowExamples(examples, 0.05) if slow else examples
-    state = train(student, data, config, out_dir, progress=False)
+                         checkpoint_every=2, eval_every=2, dev_examples=4, patience=100)
+    train_set, dev = examples[:-4], examples[-4:]
+    data = SlowExamples(train_set, 0.05) if slow else train_set
+    state = train(student, data, config, out_dir, dev=dev, progress=False)
     print(f"done step={state.step} resumed_from={state.resumed_from}", flush=True)
 
 

@@ -144,6 +144,10 @@ def test_a_killed_run_resumes_to_the_same_step_count_and_weights(tmp_path):
     state_c = json.loads((clean / "checkpoints" / "step-0000010" / "state.json").read_text())
     assert state_k["state"]["step"] == state_c["state"]["step"] == 10
     assert np.allclose(state_k["state"]["losses"], state_c["state"]["losses"], atol=1e-6)
+    curve_k, curve_c = state_k["state"]["curve"], state_c["state"]["curve"]
+    assert [p["step"] for p in curve_k] == [p["step"] for p in curve_c] == [0, 2, 4, 6, 8, 10]
+    assert np.allclose([p["dev_loss"] for p in curve_k], [p["dev_loss"] for p in curve_c], atol=1e-6)
+    assert state_k["state"]["best_step"] == state_c["state"]["best_step"]
     wk = load_file(str(killed / "checkpoints" / "step-0000010" / "student.safetensors"))
     wc = load_file(str(clean / "checkpoints" / "step-0000010" / "student.safetensors"))
     assert wk.keys() == wc.keys()
@@ -167,3 +171,38 @@ def test_bad_training_settings_and_student_specs_are_rejected():
     teacher = teacher_and_examples(n=1, length=3)[0]
     with pytest.raises(StudentSpecError, match="has 3 layers"):
         build_student(StudentSpec.parse("self:7"), teacher)
+
+
+def test_training_stops_when_the_dev_loss_stops_improving_and_keeps_the_best_weights(setup, tmp_path):
+    """The dev split is another teacher's text: fitting the training teacher soon stops helping
+    on it. Training stops after `patience` evaluations without a gain, and the student holds
+    the weights of the best dev loss, not the last step's."""
+    from babelspec.distill.trainer import dev_loss
+
+    teacher, examples, _ = setup
+    _, other, _ = teacher_and_examples(n=8, seed=1)
+    student = build_student(StudentSpec.parse("self:1"), teacher)
+    config = quick(steps=200, eval_every=2, dev_examples=len(other), patience=3)
+    state = train(student, examples, config, tmp_path, dev=other, progress=False)
+    curve = [p["dev_loss"] for p in state.curve]
+    assert state.stopped == "patience" and state.step < 200
+    assert [p["step"] for p in state.curve] == list(range(0, state.step + 1, 2))  # step 0, then every 2
+    assert state.best_step == state.curve[int(np.argmin(curve))]["step"] < state.step
+    assert all(later >= min(curve) for later in curve[-3:])  # the last `patience` points gained nothing
+    assert dev_loss(student, other, config) == pytest.approx(state.best_dev_loss, rel=1e-5)
+    # A rerun of the finished run trains no further.
+    again = train(build_student(StudentSpec.parse("self:1"), teacher), examples, config, tmp_path, dev=other,
+                  progress=False)
+    assert (again.step, again.stopped, again.best_step) == (state.step, "patience", state.best_step)
+
+
+def test_a_time_budget_ends_training(setup, tmp_path):
+    teacher, examples, _ = setup
+    student = build_student(StudentSpec.parse("self:1"), teacher)
+    state = train(student, examples, quick(steps=50, budget_seconds=1e-6), tmp_path, progress=False)
+    assert state.stopped == "budget" and state.step == 1
+
+
+def test_early_stopping_needs_a_dev_split_and_evaluations():
+    with pytest.raises(ValueError, match="train.patience needs train.eval_every and train.dev_examples"):
+        TrainConfig(patience=3, dev_examples=0)

@@ -17,13 +17,14 @@ def distill_command(
                                 "[default: gemma-3-270m]"),
     student: str = typer.Option(None, "--student", help="self:K, self:K,head=corpus or "
                                 "model:PATH_OR_PRESET [default: self:6,head=corpus]"),
-    config: Path = typer.Option(None, "--config", help="TOML config, e.g. configs/distill/demo.toml"),
+    config: Path = typer.Option(None, "--config", help="TOML config [default: the CPU recipe, "
+                                "configs/distill/cpu.toml; configs/distill/paper.toml is the paper's]"),
     steps: int = typer.Option(None, "--steps", help="optimizer steps"),
     batch_size: int = typer.Option(None, "--batch-size"),
     grad_accum: int = typer.Option(None, "--grad-accum"),
     lr: float = typer.Option(None, "--lr"),
     loss: str = typer.Option(None, "--loss", help="ce (the paper's) or kl (renormalised top-k)"),
-    k: int = typer.Option(None, "--k", help="teacher soft-target shardsd per position"),
+    k: int = typer.Option(None, "--k", help="teacher top-k log-probs kept per position (the paper: 20)"),
     max_examples: int = typer.Option(None, "--max-examples"),
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
     cache_dir: str = typer.Option(None, "--cache-dir", help="Where the soft-target shards go (default: the user cache directory)."),
@@ -59,7 +60,8 @@ def distill_command(
     if as_json:
         typer.echo(json.dumps({k: v for k, v in meta.items() if k != "losses"}, indent=2))
         return
-    typer.echo(f"wrote {out} ({meta['steps']} steps, final loss {meta['final_loss']:.4f})")
+    typer.echo(f"wrote {out} ({meta['steps']} steps, stopped by {meta['stopped']}, weights of step "
+               f"{meta['best_step'] if meta['best_step'] >= 0 else meta['steps']})")
     for task in cfg.eval.tasks:
         b, a = meta["eval_before"].get(task), meta["eval_after"].get(task)
         if b and a:

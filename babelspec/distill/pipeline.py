@@ -28,14 +28,17 @@ MODES = ("task", "general")
 EVAL_TASKS = ("translation", "story")
 
 
+# The defaults are the CPU recipe (configs/distill/cpu.toml, which documents them): a 2-core CPU
+# distils a language and mode in minutes and training stops when the dev loss stops improving.
+# configs/distill/paper.toml is the paper's recipe, for a GPU.
 @dataclass
 class DataConfig:
     k: int = 20  # teacher top-k kept per response position
     logp_dtype: str = "float16"  # "float16" halves the cache; "float32" for exact logits
-    max_examples: int = 4800  # training examples (prompts in task mode, windows in general)
-    max_new_tokens: int = 128  # teacher greedy response length in task mode
-    max_tokens: int = 256  # general mode: window length of monolingual text
-    shard_size: int = 64
+    max_examples: int = 64  # training examples (prompts in task mode, windows in general)
+    max_new_tokens: int = 32  # teacher greedy response length in task mode
+    max_tokens: int = 96  # general mode: window length of monolingual text
+    shard_size: int = 16
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -50,8 +53,8 @@ class DataConfig:
 @dataclass
 class EvalConfig:
     tasks: tuple[str, ...] = EVAL_TASKS  # held-out tasks the expected acceptance is measured on
-    prompts: int = 16  # held-out prompts per task (test split)
-    max_new_tokens: int = 64  # length of the teacher's sampled held-out responses
+    prompts: int = 4  # held-out prompts per task (test split)
+    max_new_tokens: int = 32  # length of the teacher's sampled held-out responses
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -265,6 +268,17 @@ def evaluate(student, sets: dict[str, tuple[list[Example], list[Example]]],
     return result
 
 
+def split_dev(examples: list[Example], n_dev: int, seed: int) -> tuple[list[Example], list[Example]]:
+    """(train, dev): ``n_dev`` examples drawn at random (fixed by ``seed``) held out from training
+    for early stopping; at least one example stays for training."""
+    n_dev = min(n_dev, len(examples) - 1)
+    if n_dev <= 0:
+        return list(examples), []
+    held = set(np.random.default_rng([seed, 7]).choice(len(examples), size=n_dev, replace=False).tolist())
+    return ([e for i, e in enumerate(examples) if i not in held],
+            [e for i, e in enumerate(examples) if i in held])  # fmt: skip
+
+
 def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: bool = True,
                 stop_after: int | None = None, teacher: Teacher | None = None) -> dict[str, Any]:
     """Distil ``config.student`` from ``config.teacher`` into ``out_dir`` (a loadable drafter).
@@ -324,10 +338,12 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
     def eval_fn(s):
         return evaluate(s, sets, config, pad_id)
 
-    state: TrainState = train(student, examples, config.train, out_dir, eval_fn=eval_fn,
+    examples, dev = split_dev(examples, config.train.dev_examples, config.train.seed)
+    state: TrainState = train(student, examples, config.train, out_dir, eval_fn=eval_fn, dev=dev,
                               pad_id=pad_id, stop_after=stop_after, progress=progress)
     walls["train_seconds"] = state.train_seconds
-    if state.step < config.train.steps:  # planned interruption: no drafter written yet
+    walls["train_eval_seconds"] = state.eval_seconds
+    if not state.stopped:  # planned interruption: no drafter written yet
         return {"interrupted_at_step": state.step, **walls}
     after = evaluate(student, sets, config, pad_id)
     meta = {
@@ -336,6 +352,9 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
         "train_examples": len(examples), "train_response_tokens": int(sum(e.n_response
                                                                           for e in examples)),
         "losses": state.losses, "final_loss": state.losses[-1] if state.losses else None,
+        # early stopping: why training ended, the step whose weights were kept, the learning curve
+        "stopped": state.stopped, "best_step": state.best_step, "best_dev_loss": state.best_dev_loss,
+        "dev_examples": len(dev), "curve": state.curve,
         "eval_before": before, "eval_after": after, "evals": state.evals,
         "resumed_from": state.resumed_from, "config": config.to_dict(),
         "wall_seconds": {**walls, "total_seconds_this_process": time.perf_counter() - started},

@@ -30,25 +30,40 @@ from babelspec.fileio import write_json_atomic
 
 @dataclass
 class TrainConfig:
-    steps: int = 3000  # optimizer steps
+    """Defaults: the CPU recipe (configs/distill/cpu.toml); configs/distill/paper.toml: the paper's."""
+
+    steps: int = 2000  # optimizer steps at most (early stopping or the budget usually ends sooner)
     batch_size: int = 4  # examples per micro-batch
-    grad_accum: int = 8  # micro-batches per optimizer step
-    lr: float = 5e-5  # peak learning rate (AdamW)
-    warmup_ratio: float = 0.06  # fraction of steps of linear warmup before the cosine decay
+    grad_accum: int = 1  # micro-batches per optimizer step
+    lr: float = 3e-4  # peak learning rate (AdamW)
+    warmup_ratio: float = 0.01  # fraction of steps of linear warmup before the cosine decay
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0  # gradient clipping; 0 turns it off
     loss: str = "ce"  # "ce" (the paper's soft cross-entropy on top-k) or "kl" (renormalised)
-    max_seq_len: int = 256  # examples are truncated to this many tokens
-    checkpoint_every: int = 100  # steps between checkpoints (the last step always gets one)
-    eval_every: int = 0  # steps between held-out evaluations; 0 = only before and after
+    max_seq_len: int = 192  # examples are truncated to this many tokens
+    checkpoint_every: int = 20  # steps between checkpoints (the last step always gets one)
+    eval_every: int = 20  # steps between evaluations (dev loss, held-out eval); 0 = only before and after
     keep_checkpoints: int = 1
     seed: int = 0
+    # Early stopping: training examples held out as the dev split, and how many evaluations in a
+    # row may pass without a better dev loss before training stops (0 = off: train every step).
+    # The best checkpoint by dev loss is what the run keeps.
+    dev_examples: int = 16
+    patience: int = 4
+    min_delta: float = 0.0  # a dev loss must beat the best by more than this to count
+    budget_seconds: float = 120.0  # stop once training (evaluations included) took this long; 0 = none
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "max_seq_len", "checkpoint_every",
                      "keep_checkpoints"):
             if getattr(self, name) < 1:
                 raise ValueError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("eval_every", "dev_examples", "patience", "min_delta", "budget_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"train.{name} must be >= 0 (got {getattr(self, name)})")
+        if self.patience and not (self.eval_every and self.dev_examples):
+            raise ValueError("train.patience needs train.eval_every and train.dev_examples (the dev split "
+                             "early stopping watches)")
         if self.lr <= 0:
             raise ValueError(f"train.lr must be > 0 (got {self.lr})")
         if not 0.0 <= self.warmup_ratio < 1.0:
@@ -75,6 +90,14 @@ class TrainState:
     evals: list[dict[str, Any]] = field(default_factory=list)
     train_seconds: float = 0.0  # wall time spent in optimizer steps, summed over resumes
     resumed_from: list[int] = field(default_factory=list)
+    # The learning curve: at step 0 and every eval_every steps, the mean training loss since
+    # the previous point, the dev loss and the held-out evaluation (KD loss, expected α).
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    best_step: int = -1  # the step whose weights are kept (-1: none judged yet)
+    best_dev_loss: float | None = None
+    evals_without_gain: int = 0
+    eval_seconds: float = 0.0  # wall time of the evaluations, summed over resumes
+    stopped: str = ""  # "steps" | "patience" | "budget" once training is over
 
 
 @dataclass
@@ -206,6 +229,63 @@ def load_checkpoint(path: Path, student: Student, optimizer, scheduler) -> Train
 # --- the loop ----------------------------------------------------------------------------
 
 EvalFn = Callable[[Student], dict[str, Any]]
+BEST = "best.safetensors"
+
+
+def dev_loss(student: Student, dev: Sequence[Example], config: TrainConfig, pad_id: int = 0) -> float:
+    """Mean KD loss of ``student`` over the dev examples (micro-batches of ``batch_size``)."""
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for i in range(0, len(dev), config.batch_size):
+            chunk = dev[i : i + config.batch_size]
+            total += float(batch_loss(student, collate(chunk, config.max_seq_len, pad_id), config.loss)) * len(chunk)
+            n += len(chunk)
+    return total / max(n, 1)
+
+
+def _save_best(out_dir: Path, student: Student) -> None:
+    root = out_dir / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".{BEST}.tmp-{os.getpid()}"
+    save_file({n: p.detach().contiguous() for n, p in _trainable(student).items()}, str(tmp))
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, root / BEST)
+
+
+def _load_best(out_dir: Path, student: Student) -> bool:
+    path = out_dir / "checkpoints" / BEST
+    if not path.exists():
+        return False
+    params = _trainable(student)
+    with torch.no_grad():
+        for name, tensor in load_file(str(path)).items():
+            params[name].copy_(tensor)
+    return True
+
+
+def _evaluate(student: Student, state: TrainState, config: TrainConfig, out_dir: Path,
+              dev: Sequence[Example], eval_fn: EvalFn | None, pad_id: int) -> None:
+    """One point of the learning curve; with a dev split, keep the best weights and count the
+    evaluations without a gain."""
+    started = time.perf_counter()
+    student.eval()
+    since = state.curve[-1]["step"] if state.curve else 0
+    recent = state.losses[since:]
+    point: dict[str, Any] = {"step": state.step, "train_loss": float(np.mean(recent)) if recent else None}
+    if dev:
+        point["dev_loss"] = dev_loss(student, dev, config, pad_id)
+        if state.best_dev_loss is None or point["dev_loss"] < state.best_dev_loss - config.min_delta:
+            state.best_dev_loss, state.best_step, state.evals_without_gain = point["dev_loss"], state.step, 0
+            _save_best(out_dir, student)
+        else:
+            state.evals_without_gain += 1
+    if eval_fn is not None:
+        point["held_out"] = eval_fn(student)
+        state.evals.append({"step": state.step, **point["held_out"]})
+    state.curve.append(point)
+    student.train()
+    state.eval_seconds += time.perf_counter() - started
 
 
 def train(
@@ -215,13 +295,19 @@ def train(
     out_dir: str | os.PathLike,
     *,
     eval_fn: EvalFn | None = None,
+    dev: Sequence[Example] = (),
     pad_id: int = 0,
     stop_after: int | None = None,
     progress: bool = True,
 ) -> TrainState:
     """Train ``student`` on ``examples`` until ``config.steps``, resuming from the latest
     checkpoint in ``out_dir`` if there is one. ``stop_after`` ends the call after that many
-    steps in total (a planned interruption, as a kill would be; the checkpoint is written)."""
+    steps in total (a planned interruption, as a kill would be; the checkpoint is written).
+
+    With ``dev`` examples, every ``eval_every`` steps add a point to the learning curve and
+    training stops early after ``patience`` points without a better dev loss, or once
+    ``budget_seconds`` are spent; the student then holds the best weights by dev loss.
+    ``state.stopped`` says why training ended ("" while it may go on)."""
     from tqdm.auto import tqdm
     from transformers import get_cosine_schedule_with_warmup
 
@@ -240,12 +326,15 @@ def train(
     if ckpt is not None:
         state = load_checkpoint(ckpt, student, optimizer, scheduler)
         state.resumed_from.append(state.step)
+    evaluating = bool(config.eval_every) and (bool(dev) or eval_fn is not None)
+    if evaluating and not state.curve and not state.stopped:
+        _evaluate(student, state, config, out_dir, dev, eval_fn, pad_id)  # the curve's step 0
     student.train()
     last = min(config.steps, stop_after) if stop_after is not None else config.steps
     bar = tqdm(total=config.steps, initial=state.step, desc="distill", unit="step",
                disable=not progress, dynamic_ncols=True)
     micro_examples = config.batch_size * config.grad_accum
-    while state.step < last:
+    while state.step < last and not state.stopped:
         started = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         order = example_order(len(examples), config.seed, state.step * micro_examples,
@@ -266,13 +355,18 @@ def train(
         state.train_seconds += time.perf_counter() - started
         bar.update(1)
         bar.set_postfix(loss=f"{total:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-        if eval_fn is not None and config.eval_every and state.step % config.eval_every == 0 \
-                and state.step < config.steps:
-            student.eval()
-            state.evals.append({"step": state.step, **eval_fn(student)})
-            student.train()
-        if state.step % config.checkpoint_every == 0 or state.step == last:
+        if evaluating and (state.step % config.eval_every == 0 or state.step == config.steps):
+            _evaluate(student, state, config, out_dir, dev, eval_fn, pad_id)
+        if config.patience and state.evals_without_gain >= config.patience:
+            state.stopped = "patience"
+        elif config.budget_seconds and state.train_seconds + state.eval_seconds >= config.budget_seconds:
+            state.stopped = "budget"
+        elif state.step == config.steps:
+            state.stopped = "steps"
+        if state.step % config.checkpoint_every == 0 or state.step == last or state.stopped:
             save_checkpoint(out_dir, student, optimizer, scheduler, state, config)
     bar.close()
+    if state.stopped and dev:
+        _load_best(out_dir, student)  # the weights of the best dev loss, not the last step's
     student.eval()
     return state
