@@ -35,7 +35,7 @@ EVAL_TASKS = ("translation", "story")
 class DataConfig:
     k: int = 20  # teacher top-k kept per response position
     logp_dtype: str = "float16"  # "float16" halves the cache; "float32" for exact logits
-    max_examples: int = 64  # training examples (prompts in task mode, windows in general)
+    max_examples: int = 48  # training examples (prompts in task mode, windows in general)
     max_new_tokens: int = 32  # teacher greedy response length in task mode
     max_tokens: int = 96  # general mode: window length of monolingual text
     shard_size: int = 16

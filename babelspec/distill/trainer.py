@@ -51,7 +51,7 @@ class TrainConfig:
     dev_examples: int = 16
     patience: int = 4
     min_delta: float = 0.0  # a dev loss must beat the best by more than this to count
-    budget_seconds: float = 120.0  # stop once training (evaluations included) took this long; 0 = none
+    budget_seconds: float = 100.0  # stop once training (evaluations included) took this long; 0 = none
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "grad_accum", "max_seq_len", "checkpoint_every",
