@@ -3,6 +3,8 @@ tiny randomly initialised Gemma-3 of the same vocabulary as teacher), its resume
 errors."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from tiny import tiny_gemma3
@@ -76,7 +78,7 @@ def test_config_errors_name_the_bad_key(tmp_path):
         load_config(bad)
     with pytest.raises(ValueError, match="data.logp_dtype"):
         load_config(None, **{"data.logp_dtype": "int8"})
-    for name in ("demo", "paper"):  # the shipped configs parse
+    for name in ("demo", "paper", "cpu"):  # the shipped configs parse
         cfg = load_config(f"configs/distill/{name}.toml", mode="task", lang="amh")
         cfg.validate()
     paper = load_config("configs/distill/paper.toml")
@@ -101,3 +103,50 @@ def test_cli_rejects_bad_input_clearly(tmp_path):
     result = runner.invoke(app, ["distill", "--mode", "task", "--lang", "yor", "--config",
                                  str(tmp_path / "none.toml"), "-o", str(tmp_path)])
     assert result.exit_code == 2 and "doesnotexist" in flat(result.output)
+
+
+CORPORA = Path(os.environ.get("BABELSPEC_CORPORA") or Path(__file__).resolve().parents[1].parent / "shared" / "corpora")
+real = pytest.mark.skipif(not CORPORA.is_dir(), reason=f"no real corpora at {CORPORA} (set BABELSPEC_CORPORA)")
+
+
+@real
+@pytest.mark.parametrize("mode", ["task", "general"])
+def test_a_run_on_real_train_text(teacher, tmp_path, mode):
+    """Task mode translates SIB-200 train sentences (FLORES-200 dev, with dev-split shots);
+    general mode reads OLDI Seed text: the soft targets come from the real sets, read in place."""
+    from babelspec.data.loaders import load_layout_pairs
+    from babelspec.distill import data
+
+    sources = {"data.train_source": "sib200:sib200@train", "data.shots_source": "sib200:sib200@dev"} \
+        if mode == "task" else {"data.text_sources": ["oldi-seed:nllb_oldi_seed"]}
+    config = tiny_config(tmp_path, mode)
+    config = load_config(None, **{**{k: v for k, v in config.to_dict().items() if k not in ("data", "train", "eval")},
+                                  **{f"data.{k}": v for k, v in config.data.__dict__.items()},
+                                  **{f"train.{k}": v for k, v in config.train.__dict__.items()},
+                                  **{f"eval.{k}": v for k, v in config.eval.__dict__.items()},
+                                  "data_root": str(CORPORA), "lang": "grn", **sources})
+    config.validate()
+    meta = run_distill(config, tmp_path / "out", progress=False, teacher=teacher)
+    assert meta["steps"] == 3 and meta["train_examples"] >= 1
+    [manifest] = (tmp_path / "cache").glob(f"train-{mode}-grn-*/manifest.json")
+    assert json.loads(manifest.read_text())["meta"]["sources"] == \
+        (["sib200:sib200@train", "sib200:sib200@dev"] if mode == "task" else ["oldi-seed:nllb_oldi_seed"])
+    if mode == "task":
+        items = data.task_prompts("translation", "grn", teacher.tokenizer, "train", 3,
+                                  sources=("sib200:sib200@train", "sib200:sib200@dev"), root=str(CORPORA))
+        train_en = {r["en"] for r in load_layout_pairs("sib200", str(CORPORA / "sib200"), "grn", "train")}
+        last_lines = [teacher.tokenizer.decode(i.prompt_ids).rsplit("English: ", 1)[1].split("\n")[0] for i in items]
+        assert all(line in train_en for line in last_lines)  # the sentences translated are SIB-200 train's
+
+
+def test_bad_data_sources_are_refused_before_anything_runs(tmp_path):
+    with pytest.raises(ValueError, match="data.train_source: source 'bogus:x': expected"):
+        load_config(None, mode="task", lang="yor", **{"data.train_source": "bogus:x"}).validate()
+    with pytest.raises(ValueError, match="no data root was given; pass --data-root"):
+        load_config(None, mode="task", lang="yor", **{"data.train_source": "sib200:sib200@train"}).validate()
+    with pytest.raises(ValueError, match="does not exist; check --data-root"):
+        load_config(None, mode="task", lang="yor", data_root=str(tmp_path),
+                    **{"data.train_source": "sib200:sib200@train"}).validate()
+    with pytest.raises(ValueError, match="translation prompts need English-aligned text"):
+        load_config(None, mode="task", lang="yor", data_root=str(tmp_path),
+                    **{"data.train_source": "text:x.txt"}).validate()

@@ -27,6 +27,14 @@ def distill_command(
     k: int = typer.Option(None, "--k", help="teacher top-k log-probs kept per position (the paper: 20)"),
     max_examples: int = typer.Option(None, "--max-examples"),
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
+    data_root: str = typer.Option(None, "--data-root", help="Folder the sources' relative paths are in, "
+                                  "e.g. ../shared/corpora"),
+    train_source: str = typer.Option(None, "--train-source", help="Task mode: real sentences to translate, "
+                                     "e.g. sib200:sib200@train [default: the bundled train split]"),
+    shots_source: str = typer.Option(None, "--shots-source", help="Task mode: few-shot pairs, e.g. "
+                                     "sib200:sib200@dev [default: --train-source]"),
+    text_source: list[str] = typer.Option(None, "--text-source", help="General mode: real monolingual text "
+                                          "(repeatable), e.g. oldi-seed:nllb_oldi_seed [default: bundled]"),
     cache_dir: str = typer.Option(None, "--cache-dir", help="Where the soft-target shards go (default: the user cache directory)."),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads"),
     dtype: str = typer.Option(None, "--dtype", help="teacher and student dtype: float32 (default: training "
@@ -43,7 +51,9 @@ def distill_command(
         raise typer.BadParameter(f"{config} does not exist", param_hint="--config")
     try:
         cfg = load_config(config, mode=mode, lang=lang, teacher=teacher, student=student,
-                          cache_dir=cache_dir, dtype=dtype, **{"train.steps": steps,
+                          cache_dir=cache_dir, dtype=dtype, data_root=data_root,
+                          **{"data.train_source": train_source, "data.shots_source": shots_source,
+                             "data.text_sources": text_source or None, "train.steps": steps,
                                                   "train.batch_size": batch_size,
                                                   "train.grad_accum": grad_accum,
                                                   "train.lr": lr, "train.loss": loss,

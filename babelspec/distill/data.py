@@ -14,13 +14,24 @@ from babelspec.distill.teacher import PromptItem
 
 
 def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: int | None,
-                 seed: int = 0) -> list[PromptItem]:
+                 seed: int = 0, sources: tuple[str, str] | None = None, root: str = "") -> list[PromptItem]:
     """Prompts of ``task_name`` ("translation" or "story") for ``lang`` on ``split``, rendered
-    by the task's own templates (few-shot completion for base models, chat otherwise)."""
+    by the task's own templates (few-shot completion for base models, chat otherwise).
+
+    ``sources``: (sentences, few-shot examples) as source strings of ``babelspec.data.sources``
+    (e.g. ``sib200:sib200@train``, ``sib200:sib200@dev``), relative to ``root``: translation
+    prompts of real sentences instead of the bundled split."""
     from babelspec.data.tasks import get_task
 
     task = get_task(task_name)
-    prompts = task.prompts(lang, tokenizer, limit or 10**9, split=split, seed=seed)
+    data = None
+    if sources is not None:
+        from babelspec.data.sources import parallel_records, parse_source
+        from babelspec.data.tasks import PromptData
+
+        test, shots = (parse_source(s).resolve(root or None) for s in sources)
+        data = PromptData(test=parallel_records(test, lang), shots=parallel_records(shots, lang))
+    prompts = task.prompts(lang, tokenizer, limit or 10**9, split=split, seed=seed, data=data)
     texts = [p.text for p in prompts]
     if not texts:
         raise ValueError(f"no {task_name} prompts for {lang!r} on the {split} split")
@@ -30,11 +41,18 @@ def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: i
 
 
 def monolingual_token_ids(lang: str, tokenizer: Any, split: str = "train",
-                          limit_texts: int | None = None) -> list[list[int]]:
-    """The language's monolingual text, tokenized with the target's tokenizer (with BOS)."""
+                          limit_texts: int | None = None, sources: Sequence[str] = (),
+                          root: str = "") -> list[list[int]]:
+    """The language's monolingual text, tokenized with the target's tokenizer (with BOS): the
+    bundled split, or the texts of ``sources`` (source strings, relative to ``root``) in order."""
     from babelspec.data.corpus import monolingual
 
-    texts = monolingual(lang, split)
+    if sources:
+        from babelspec.data.sources import monolingual_texts, parse_source
+
+        texts = list(dict.fromkeys(t for s in sources for t in monolingual_texts(parse_source(s).resolve(root or None), lang)))
+    else:
+        texts = monolingual(lang, split)
     if limit_texts is not None:
         texts = texts[:limit_texts]
     if not texts:

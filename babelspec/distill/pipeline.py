@@ -39,6 +39,12 @@ class DataConfig:
     max_new_tokens: int = 32  # teacher greedy response length in task mode
     max_tokens: int = 96  # general mode: window length of monolingual text
     shard_size: int = 16
+    # Real text instead of the bundled splits, as source strings of babelspec.data.sources
+    # relative to DistillConfig.data_root: task mode translates train_source's sentences with
+    # shots_source's pairs as few-shot examples; general mode reads text_sources' texts.
+    train_source: str = ""  # e.g. "sib200:sib200@train"
+    shots_source: str = ""  # e.g. "sib200:sib200@dev" ("" = train_source)
+    text_sources: list[str] = field(default_factory=list)  # e.g. ["oldi-seed:nllb_oldi_seed"]
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -74,6 +80,7 @@ class DistillConfig:
     student: str = "self:6,head=corpus"
     cache_dir: str = ""  # where soft-target shards go; "" = the user cache directory
     dtype: str = "float32"  # teacher (and student) dtype: float32 | bfloat16 | auto
+    data_root: str = ""  # the folder the data sources' relative paths are in (e.g. ../shared/corpora)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -91,6 +98,24 @@ class DistillConfig:
         from babelspec.drafters.students import StudentSpec
 
         StudentSpec.parse(self.student)
+        from babelspec.data.sources import PARALLEL_FORMATS, parse_source
+
+        d = self.data
+        for name, text in (("data.train_source", d.train_source), ("data.shots_source", d.shots_source),
+                           *(("data.text_sources", t) for t in d.text_sources)):  # fmt: skip
+            if not text:
+                continue
+            try:
+                source = parse_source(text).resolve(self.data_root or None)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
+            if name != "data.text_sources" and source.format not in (*PARALLEL_FORMATS, "bundled"):
+                raise ValueError(f"{name} {text!r}: translation prompts need English-aligned text, one of "
+                                 f"{', '.join(PARALLEL_FORMATS)}")
+            if source.format != "bundled" and not Path(source.path).exists():
+                raise ValueError(f"{name} {text!r}: {source.path} does not exist; check --data-root")
+        if d.shots_source and not d.train_source:
+            raise ValueError("data.shots_source needs data.train_source (the sentences the shots go with)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,8 +204,11 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
             **_teacher_dtype(teacher)}
     if config.mode == "task":
         meta["max_new_tokens"] = d.max_new_tokens
+        sources = (d.train_source, d.shots_source or d.train_source) if d.train_source else None
+        if sources:
+            meta["sources"] = list(sources)
         items = data.task_prompts("translation", config.lang, teacher.tokenizer, "train",
-                                  d.max_examples)
+                                  d.max_examples, sources=sources, root=config.data_root)
 
         def make(start: int, stop: int) -> list[Example]:
             return tmod.task_examples(teacher.model, teacher.tokenizer, items[start:stop], d.k,
@@ -188,7 +216,11 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
     else:
         meta["max_tokens"] = d.max_tokens
         bos = teacher.tokenizer.bos_token_id
-        windows = tmod.chunk_token_ids(data.monolingual_token_ids(config.lang, teacher.tokenizer),
+        if d.text_sources:
+            meta["sources"] = list(d.text_sources)
+        texts = data.monolingual_token_ids(config.lang, teacher.tokenizer, sources=d.text_sources,
+                                           root=config.data_root)
+        windows = tmod.chunk_token_ids(texts,
                                        d.max_tokens, bos)[: d.max_examples]
         items = windows
 
