@@ -80,3 +80,39 @@ def test_distil_writes_a_drafter_of_the_targets_distributions(tmp_path):
                               "-o", str(tmp_path / "x.ngram")])
     assert bad.exit_code == 2 and "--task takes translation or story" in bad.output
     assert not (tmp_path / "x.ngram").exists()
+
+
+def test_export_as_a_llama_cpp_static_lookup_cache_round_trips(tmp_path, tokenizer_dir):
+    """Every 2-token context of an order-3 model, with its continuations and counts in the
+    target's token ids, read back from llama.cpp's record layout (4 int32 key slots padded
+    with -1, n, then n (token, count) pairs)."""
+    import itertools
+
+    import numpy as np
+
+    from babelspec.ngram.llamacpp import read_llamacpp
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    model_path, out = tmp_path / "m3.ngram", tmp_path / "m3.lookup"
+    res = runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                              "--order", "3", "-o", str(model_path)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ngram", "export", str(model_path), "--format", "llama.cpp", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    model, cache = NgramModel.load(model_path), read_llamacpp(out)
+    expected = {}
+    for context in itertools.product(range(len(WORDS)), repeat=2):
+        found = model.continuations(list(context))
+        if found is not None:
+            expected[context] = dict(zip(found[0].tolist(), found[1].tolist()))
+    assert cache == expected and len(cache) == model.tables[2].n_contexts == 4
+    raw = np.fromfile(out, dtype="<i4")
+    assert raw[2] == raw[3] == -1 and raw[4] == len(cache[tuple(raw[:2].tolist())])  # the record layout
+
+    bigram = tmp_path / "m2.ngram"
+    runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                        "--order", "2", "-o", str(bigram)])
+    res = runner.invoke(app, ["ngram", "export", str(bigram), "-o", str(tmp_path / "x.lookup")])
+    flat = " ".join(res.output.replace("│", " ").split())
+    assert res.exit_code != 0 and "keyed by 2-token contexts" in flat and "order 3" in flat

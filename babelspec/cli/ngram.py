@@ -133,6 +133,28 @@ def distil_command(
                f"response positions of {target}, {model.base:,} distinct tokens, {_human_bytes(size)}")
 
 
+@ngram_app.command("export")
+def export_command(
+    path: Path = typer.Argument(..., help="An n-gram file (order 3 or more)."),
+    out: Path = typer.Option(..., "-o", "--out", help="The file to write."),
+    fmt: str = typer.Option("llama.cpp", "--format", help="llama.cpp: the static lookup cache of llama-lookup."),
+) -> None:
+    """Write an n-gram model for another engine: llama.cpp's static lookup cache
+    (`llama-lookup --lookup-cache-static FILE`), with the target's token ids."""
+    from babelspec.ngram import NgramModel
+    from babelspec.ngram.llamacpp import export_llamacpp
+
+    if fmt != "llama.cpp":
+        raise typer.BadParameter(f"{fmt!r}; the one format is llama.cpp", param_hint="--format")
+    try:
+        model = NgramModel.load(path)
+        sizes = export_llamacpp(model, out)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="FILE") from None
+    typer.echo(f"wrote {out}: {sizes['contexts']:,} two-token contexts, {sizes['continuations']:,} continuations, "
+               f"{_human_bytes(sizes['bytes'])}")
+
+
 @ngram_app.command("stats")
 def stats_command(
     path: Path = typer.Argument(..., help="An n-gram file."),
