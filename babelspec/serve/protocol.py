@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from babelspec.numeric import json_number
-from babelspec.sampling import PAPER_TOP_K, PAPER_TOP_P, SamplingConfig
+from babelspec.sampling import SamplingConfig
 
 DEFAULT_MAX_TOKENS = 128  # as `babelspec generate --max-new-tokens`
 # Fields of the OpenAI API this server does not implement: given with a non-default value,
@@ -121,10 +121,10 @@ def _lang(v: str | None) -> str | None:
 def _sampling(f) -> tuple[SamplingConfig, bool]:
     greedy = f.temperature == 0
     seed = f.seed if f.seed is not None else secrets.randbelow(1 << 31)  # reported back, so it can be replayed
-    config = SamplingConfig.paper(
-        seed, greedy=greedy, repetition_penalty=f.repetition_penalty,
-        top_k=PAPER_TOP_K if f.top_k is None else f.top_k, top_p=PAPER_TOP_P if f.top_p is None else f.top_p,
-        temperature=1.0 if greedy or f.temperature is None else f.temperature)  # fmt: skip
+    given = {k: v for k, v in (("top_k", f.top_k), ("top_p", f.top_p)) if v is not None}
+    if not greedy and f.temperature is not None:
+        given["temperature"] = f.temperature
+    config = SamplingConfig.paper(seed, greedy=greedy, repetition_penalty=f.repetition_penalty, **given)
     return config, f.seed is not None
 
 

@@ -149,7 +149,6 @@ class Scheduler:
                 if is_auto(spec):
                     self.offers[name] = f"auto:{router}"
             self.offers.setdefault("auto", f"auto:{router}")
-        self.default_drafter = self.offers[self.default_offer]
         self.queue_size, self.request_timeout = queue_size, request_timeout
         self.detector = detector
         self.metrics = metrics or Metrics()

@@ -8,7 +8,6 @@ the server (which drafters it offers) is checked after, in ``protocol``. A faile
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -21,6 +20,9 @@ CHAT_ROLES = ("system", "developer", "user", "assistant")
 INT63 = (1 << 63) - 1
 
 Text = Annotated[str, Field(min_length=1)]
+# The rules of the fields whose rule is not a plain interval, as a failure states them.
+TEMPERATURE_RULE = f"a number in [{MIN_TEMPERATURE}, 2], or 0 for greedy decoding"
+STOP_RULE = f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them"
 
 
 class StreamOptions(BaseModel):
@@ -70,14 +72,14 @@ class _Generation(BaseModel):
     @classmethod
     def _temperature(cls, v: float | None) -> float | None:
         if v is not None and not (v == 0 or MIN_TEMPERATURE <= v <= 2):
-            raise ValueError(f"a number in [{MIN_TEMPERATURE}, 2], or 0 for greedy decoding")
+            raise ValueError(TEMPERATURE_RULE)
         return v
 
     @field_validator("stop")
     @classmethod
     def _stops(cls, v: Any) -> Any:
         if isinstance(v, list) and not 1 <= len(v) <= MAX_STOP_STRINGS:
-            raise ValueError(f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them")
+            raise ValueError(STOP_RULE)
         return v
 
 
@@ -95,15 +97,16 @@ class ChatCompletionRequest(_Generation):
 
 _KIND = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 _RULES = {  # fixed wording for fields whose rule is not a plain interval
-    "stop": f"a non-empty string or a list of 1 to {MAX_STOP_STRINGS} of them",
+    "stop": STOP_RULE,
     "stream": "true or false",
     "stream_options": 'an object such as {"include_usage": true}',
     "n": "1: one completion per request",
-    "temperature": f"a number in [{MIN_TEMPERATURE}, 2], or 0 for greedy decoding",
+    "temperature": TEMPERATURE_RULE,
     "prompt": "a string or a list of token ids (one prompt per request)",
     "messages": f"a non-empty list of objects with a role in {list(CHAT_ROLES)} and a content (a string or "
                 "text parts)",
 }
+_OFF = {"top_p": "; 1 turns it off", "repetition_penalty": "; 1 turns it off", "top_k": "; 0 turns it off"}
 
 
 def _interval(field: Any) -> str:
@@ -142,16 +145,10 @@ def parse_body(model: type[_Generation], body: dict) -> _Generation:
             rule = str(error["ctx"]["error"])
         elif field is not None:
             base = next((t for t in (bool, int, float, str) if t in _types(field.annotation)), None)
-            rule = f"{_KIND.get(base, 'valid')}{_interval(field)}"
-            if name == "repetition_penalty" or name == "top_p" or name == "top_k":
-                rule += "; 1 turns it off" if name != "top_k" else "; 0 turns it off"
+            rule = f"{_KIND.get(base, 'valid')}{_interval(field)}{_OFF.get(name, '')}"
         else:
             rule = error["msg"]
-        if not isinstance(value, (int, float, str, bool, type(None))) or (isinstance(value, float) and not
-                                                                            math.isfinite(value)):  # fmt: skip
-            shown = type(value).__name__ if not isinstance(value, float) else repr(value)
-        else:
-            shown = repr(value)
+        shown = repr(value) if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
         raise RequestFieldError(name, f"{name} must be {rule} (got {shown})") from None
 
 
