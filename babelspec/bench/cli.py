@@ -17,8 +17,6 @@ def bench_engine(
     gamma: int = typer.Option(4, help="Tokens drafted per step."),
 ) -> None:
     """Overhead of one speculative step beyond its model forwards, on a tiny model."""
-    import json
-
     from babelspec.bench.engine import engine_overhead
 
     typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
@@ -26,7 +24,7 @@ def bench_engine(
 
 @bench_app.command("forward")
 def bench_forward(
-    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
     dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side."),
     repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
     max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
@@ -35,8 +33,6 @@ def bench_forward(
                                  "(babelspec's, where the family has one) and hf (Hugging Face's)."),
 ) -> None:
     """Decode and verify forward times per dtype, forward and block size 1..max-block; prints JSON."""
-    import json
-
     import torch
 
     from babelspec.bench.forward import forward_costs
@@ -95,8 +91,6 @@ def bench_peers(
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
-    import json
-
     from babelspec.bench.peers import DEFAULT_LANGS, QUICK_LANGS, PeersConfig, peers
 
     mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
@@ -151,8 +145,6 @@ def bench_equivalence(
                                   "whose rounding depends on the block size, to compare)."),
 ) -> None:
     """Greedy babelspec (each drafter) against HF generate greedy, token for token; prints JSON."""
-    import json
-
     from babelspec.bench.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
     from babelspec.target import load_target
 
@@ -206,8 +198,6 @@ def bench_serve_command(
     threads: int = typer.Option(0, min=0, help="The server's torch CPU threads (0: torch's default)."),
 ) -> None:
     """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
-    import json
-
     from babelspec.bench.serve import bench_serve
 
     figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,

@@ -109,7 +109,7 @@ class DistillConfig:
                 source = parse_source(text).resolve(self.data_root or None)
             except ValueError as err:
                 raise ValueError(f"{name}: {err}") from None
-            if name != "data.text_sources" and source.format not in (*PARALLEL_FORMATS, "bundled"):
+            if name != "data.text_sources" and source.format not in PARALLEL_FORMATS:
                 raise ValueError(f"{name} {text!r}: translation prompts need English-aligned text, one of "
                                  f"{', '.join(PARALLEL_FORMATS)}")
             if source.format != "bundled" and not Path(source.path).exists():

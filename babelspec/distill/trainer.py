@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save, save_file
 
 from babelspec.distill.losses import LOSS_KINDS, topk_kd_loss
 from babelspec.distill.soft_targets import Example
 from babelspec.drafters.students import Student
-from babelspec.fileio import write_json_atomic
+from babelspec.fileio import write_bytes_atomic, write_json_atomic
 
 
 @dataclass
@@ -244,13 +244,8 @@ def dev_loss(student: Student, dev: Sequence[Example], config: TrainConfig, pad_
 
 
 def _save_best(out_dir: Path, student: Student) -> None:
-    root = out_dir / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{BEST}.tmp-{os.getpid()}"
-    save_file({n: p.detach().contiguous() for n, p in _trainable(student).items()}, str(tmp))
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / BEST)
+    tensors = {n: p.detach().contiguous() for n, p in _trainable(student).items()}
+    write_bytes_atomic(out_dir / "checkpoints" / BEST, save(tensors))
 
 
 def _load_best(out_dir: Path, student: Student) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from babelspec.drafters.students import (
     Student,
@@ -21,7 +21,7 @@ from babelspec.drafters.students import (
     embedding_fingerprint,
     load_trained,
 )
-from babelspec.fileio import write_json_atomic
+from babelspec.fileio import write_bytes_atomic, write_json_atomic
 
 FORMAT = "babelspec-distilled-drafter"
 VERSION = 1
@@ -48,11 +48,7 @@ def save_distilled(out_dir: str | os.PathLike, student: Student, target_model: t
         shutil.rmtree(out_dir / "model", ignore_errors=True)
         os.replace(tmp, out_dir / "model")
     else:
-        tmp = out_dir / f".{WEIGHTS}.tmp-{os.getpid()}"
-        save_file(student.trainable_state(), str(tmp))
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out_dir / WEIGHTS)
+        write_bytes_atomic(out_dir / WEIGHTS, save(student.trainable_state()))
         body = student.model.lm if hasattr(student.model, "lm") else student.model
         write_json_atomic(out_dir / "config.json", body.config.to_dict())
     meta = {

@@ -131,12 +131,10 @@ def _ratio(rec: ExampleRecord, base: ExampleRecord) -> float | None:
     return (base.decode_seconds / base.n_tokens) / (rec.decode_seconds / rec.n_tokens)
 
 
-def _prompt_table(by_prompt: dict[int, list[float]]) -> np.ndarray | None:
-    """One row per prompt, its seeds' values NaN-padded; None under 2 prompts (no interval)."""
+def _prompt_table(by_prompt: dict[int, list[float]]) -> np.ndarray:
+    """One row per prompt with pairs, its seeds' values NaN-padded (an interval needs 2 rows)."""
     groups = [v for v in by_prompt.values() if v]
-    if len(groups) < 2:
-        return None
-    table = np.full((len(groups), max(len(g) for g in groups)), np.nan)
+    table = np.full((len(groups), max((len(g) for g in groups), default=0)), np.nan)
     for i, g in enumerate(groups):
         table[i, : len(g)] = g
     return table
@@ -171,7 +169,7 @@ def median_interval(by_prompt: dict[int, list[float]], seed: int = BOOTSTRAP_SEE
                     level: float = 0.95) -> tuple[float, float]:
     """BCa interval of the median of a cell's pairs, prompts resampled; NaN under 2 prompts."""
     table = _prompt_table(by_prompt)
-    if table is None:
+    if len(table) < 2:
         return math.nan, math.nan
     return _bca([table], lambda rows, axis=-1: _median_of(table, rows), seed, level)
 
@@ -374,21 +372,21 @@ def mean_speedup_interval(records: list[ExampleRecord], cells: list[CellKey]) ->
         if key[2] == BASELINE:  # plain decoding: 1.0 by definition, no spread
             constants += 1
             continue
-        by_prompt = ratios.get(key, {})
-        if any(by_prompt.values()):
-            tables.append(_prompt_table(by_prompt))
-            if tables[-1] is None:  # one prompt: a median, but no interval
-                tables[-1] = np.array([[q for v in by_prompt.values() for q in v]])
+        table = _prompt_table(ratios.get(key, {}))
+        if len(table):
+            tables.append(table)
     n = len(tables) + constants
     if not n:
         return math.nan, math.nan, math.nan
+    if not tables:  # plain decoding only
+        return 1.0, 1.0, 1.0
 
     def mean_of_medians(*rows: np.ndarray, axis: int = -1) -> np.ndarray:
         return (sum(_median_of(t, r) for t, r in zip(tables, rows)) + constants) / n
 
-    mean = float(mean_of_medians(*(np.arange(len(t)) for t in tables))) if tables else 1.0
-    if not tables or any(len(t) < 2 for t in tables):
-        return mean, (1.0 if not tables else math.nan), (1.0 if not tables else math.nan)
+    mean = float(mean_of_medians(*(np.arange(len(t)) for t in tables)))
+    if any(len(t) < 2 for t in tables):  # a cell of one prompt: a median, but no interval
+        return mean, math.nan, math.nan
     seed = BOOTSTRAP_SEED + zlib.crc32("|".join("|".join(map(str, key)) for key in cells).encode())
     return (mean, *_bca(tables, mean_of_medians, seed, 0.95))
 
