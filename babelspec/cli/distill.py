@@ -27,8 +27,11 @@ def distill_command(
     k: int = typer.Option(None, "--k", help="teacher top-k log-probs kept per position (the paper: 20)"),
     max_examples: int = typer.Option(None, "--max-examples"),
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
-    data_root: str = typer.Option(None, "--data-root", help="Folder the sources' relative paths are in, "
-                                  "e.g. ../shared/corpora"),
+    data_root: str = typer.Option(None, "--data-root", help="The corpora folder: the language's real sets "
+                                  "(babelspec.data.real) are read from it wherever no source is given "
+                                  "[default: $BABELSPEC_CORPORA, else ../shared/corpora where present]"),
+    bundled: bool = typer.Option(False, "--bundled", help="Read only the bundled dataset, even where a "
+                                 "corpora folder holds the language's real sets."),
     train_source: str = typer.Option(None, "--train-source", help="Task mode: real sentences to translate, "
                                      "e.g. sib200:sib200@train [default: the bundled train split]"),
     shots_source: str = typer.Option(None, "--shots-source", help="Task mode: few-shot pairs, e.g. "
@@ -43,7 +46,7 @@ def distill_command(
     no_progress: bool = typer.Option(False, "--no-progress"),
 ) -> None:
     """Distil a drafter for one language: cache the teacher's top-k, train, evaluate, save."""
-    from babelspec.distill.pipeline import MODES, load_config, run_distill
+    from babelspec.distill.pipeline import MODES, load_config, run_distill, with_real_data
 
     if mode not in MODES:
         raise typer.BadParameter(f"{mode!r}; choose one of {', '.join(MODES)}", param_hint="--mode")
@@ -59,6 +62,10 @@ def distill_command(
                                                   "train.lr": lr, "train.loss": loss,
                                                   "data.k": k, "data.max_examples": max_examples,
                                                   "eval.prompts": eval_prompts})
+        if not bundled:
+            from babelspec.data.real import corpora_root
+
+            cfg = with_real_data(cfg, corpora_root(data_root))
         cfg.validate()
     except ValueError as err:
         raise typer.BadParameter(str(err)) from err
@@ -70,6 +77,9 @@ def distill_command(
     if as_json:
         typer.echo(json.dumps({k: v for k, v in meta.items() if k != "losses"}, indent=2))
         return
+    d = cfg.data
+    read = ", ".join(filter(None, [d.train_source, *d.text_sources, *(f"mix {m}" for m in d.mix)])) or "bundled train split"
+    typer.echo(f"trained on {read}; held out: {d.test_source or 'bundled test split'}")
     typer.echo(f"wrote {out} ({meta['steps']} steps, stopped by {meta['stopped']}, weights of step "
                f"{meta['best_step'] if meta['best_step'] >= 0 else meta['steps']})")
     for task in cfg.eval.tasks:

@@ -18,7 +18,7 @@ import gzip
 import json
 import os
 import re
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from babelspec.data.languages import LANGUAGES, Language, get_language
@@ -52,7 +52,7 @@ def _check_split(split: str) -> str:
     return split
 
 
-@lru_cache(maxsize=None)
+@cache
 def _records(code: str, root: str) -> tuple[dict, ...]:
     path = Path(root) / "corpus" / f"{code}.jsonl.gz"
     if not path.exists():

@@ -106,7 +106,7 @@ class CharNgramClassifier:
             parts.append((h + np.uint64(k)) % np.uint64(self.buckets))
         return np.concatenate(parts).astype(np.int64)
 
-    def fit(self, texts_by_language: dict[str, list[str]]) -> "CharNgramClassifier":
+    def fit(self, texts_by_language: dict[str, list[str]]) -> CharNgramClassifier:
         langs = [lang for lang, texts in texts_by_language.items() if texts]
         counts = np.ones((len(langs), self.buckets), dtype=np.float64)  # add-one smoothing
         for i, lang in enumerate(langs):
@@ -209,7 +209,7 @@ class OutputChecker:
         self.use_langid = use_langid
 
     @classmethod
-    def from_corpora(cls, languages: list[str], **kwargs) -> "OutputChecker":
+    def from_corpora(cls, languages: list[str], **kwargs) -> OutputChecker:
         """Train the classifier on every bundled language (not only the requested ones)."""
         from babelspec.data.languages import PAPER_LANGUAGES
 

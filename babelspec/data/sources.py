@@ -39,7 +39,7 @@ class Source:
         head = "bundled" if self.format == "bundled" else f"{self.format}:{self.path}"
         return f"{head}@{self.split}" if self.split else head
 
-    def resolve(self, root: str | Path | None) -> "Source":
+    def resolve(self, root: str | Path | None) -> Source:
         """The same source with its path made absolute against ``root``."""
         if self.format == "bundled" or Path(self.path).is_absolute():
             return self
@@ -50,7 +50,7 @@ class Source:
             )
         return Source(self.format, str((Path(root) / self.path).resolve()), self.split)
 
-    def same_text(self, other: "Source") -> bool:
+    def same_text(self, other: Source) -> bool:
         """True when both name the same file(s) and split: the same sentences."""
         return (self.format, self.path.rstrip("/"), self.split) == (other.format, other.path.rstrip("/"), other.split)
 

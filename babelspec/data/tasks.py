@@ -33,7 +33,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from babelspec.data import corpus
@@ -52,16 +52,16 @@ class UnknownTaskError(ValueError):
     """A task name that is not registered."""
 
 
-_TASKS: dict[str, "Task"] = {}
+_TASKS: dict[str, Task] = {}
 
 
-def register_task(cls: type["Task"]) -> type["Task"]:
+def register_task(cls: type[Task]) -> type[Task]:
     """Class decorator: make a task available to :func:`get_task` under ``cls.name``."""
     _TASKS[cls.name] = cls()
     return cls
 
 
-def get_task(name: str) -> "Task":
+def get_task(name: str) -> Task:
     try:
         return _TASKS[name]
     except KeyError:
@@ -200,7 +200,7 @@ class TranslationTask(Task):
 # --- story ------------------------------------------------------------------------------------
 
 
-@lru_cache(maxsize=None)
+@cache
 def _topics_cached(root: str) -> tuple[dict, ...]:
     from pathlib import Path
 

@@ -45,12 +45,22 @@ class DataConfig:
     train_source: str = ""  # e.g. "sib200:sib200@train"
     shots_source: str = ""  # e.g. "sib200:sib200@dev" ("" = train_source)
     text_sources: list[str] = field(default_factory=list)  # e.g. ["oldi-seed:nllb_oldi_seed"]
+    # The translation prompts the held-out evaluation uses (with shots_source's pairs as
+    # examples): "" = the bundled test split.
+    test_source: str = ""  # e.g. "sib200:sib200@test"
+    # General mode: other languages whose text joins the language's, in equal shares of the
+    # windows (a multilingual student, the way a family's small model is trained); each reads
+    # its real sets (babelspec.data.real) under data_root where they exist, else the bundled split.
+    mix: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"data.k must be >= 1 (got {self.k})")
         if self.logp_dtype not in ("float16", "float32"):
             raise ValueError(f"data.logp_dtype must be float16 or float32 (got {self.logp_dtype!r})")
+        from babelspec.data.languages import get_language
+
+        self.mix = [get_language(m).code for m in self.mix]
         for name in ("max_examples", "max_new_tokens", "max_tokens", "shard_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"data.{name} must be >= 1 (got {getattr(self, name)})")
@@ -102,6 +112,7 @@ class DistillConfig:
 
         d = self.data
         for name, text in (("data.train_source", d.train_source), ("data.shots_source", d.shots_source),
+                           ("data.test_source", d.test_source),
                            *(("data.text_sources", t) for t in d.text_sources)):  # fmt: skip
             if not text:
                 continue
@@ -114,11 +125,35 @@ class DistillConfig:
                                  f"{', '.join(PARALLEL_FORMATS)}")
             if source.format != "bundled" and not Path(source.path).exists():
                 raise ValueError(f"{name} {text!r}: {source.path} does not exist; check --data-root")
-        if d.shots_source and not d.train_source:
-            raise ValueError("data.shots_source needs data.train_source (the sentences the shots go with)")
+        if d.shots_source and not (d.train_source or d.test_source):
+            raise ValueError("data.shots_source needs data.train_source or data.test_source (the sentences "
+                             "the shots go with)")
+        if d.mix and self.mode != "general":
+            raise ValueError("data.mix (a multilingual student) is for general mode")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def with_real_data(config: DistillConfig, root: str | os.PathLike | None) -> DistillConfig:
+    """``config`` reading the language's real sets (``babelspec.data.real``) under ``root``
+    wherever it names no source of its own: task mode translates the parallel train split with
+    the dev split's pairs as shots, general mode reads the monolingual sets, and the held-out
+    translation prompts are the test split's. Unchanged where ``root`` holds no real set."""
+    from babelspec.data.real import real_data
+
+    real = real_data(config.lang, root)
+    d = config.data
+    if real is None:
+        return config
+    config.data_root = config.data_root or str(root)
+    if config.mode == "task" and not d.train_source:
+        d.train_source, d.shots_source = real.train, d.shots_source or real.shots
+    if config.mode == "general" and not d.text_sources:
+        d.text_sources = list(real.monolingual)
+    if not d.test_source:
+        d.test_source, d.shots_source = real.test, d.shots_source or real.shots
+    return config
 
 
 def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> DistillConfig:
@@ -220,8 +255,11 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
             meta["sources"] = list(d.text_sources)
         texts = data.monolingual_token_ids(config.lang, teacher.tokenizer, sources=d.text_sources,
                                            root=config.data_root)
-        windows = tmod.chunk_token_ids(texts,
-                                       d.max_tokens, bos)[: d.max_examples]
+        windows = tmod.chunk_token_ids(texts, d.max_tokens, bos)
+        if d.mix:
+            meta["mix"] = list(d.mix)
+            windows = _mixed_windows(config, teacher, windows)
+        windows = windows[: d.max_examples]
         items = windows
 
         def make(start: int, stop: int) -> list[Example]:
@@ -232,6 +270,25 @@ def training_cache(config: DistillConfig, teacher: Teacher, progress: bool = Tru
     cache = build_soft_targets(directory, meta, len(items), make, d.shard_size, progress=bar.update)
     bar.close()
     return cache
+
+
+def _mixed_windows(config: DistillConfig, teacher: Teacher, own: list[list[int]]) -> list[list[int]]:
+    """The language's windows interleaved with each ``data.mix`` language's (its real sets
+    under ``data_root`` where they exist, else its bundled train split), in equal shares."""
+    from babelspec.data.real import real_data
+    from babelspec.distill import data
+    from babelspec.distill import teacher as tmod
+
+    d, bos = config.data, teacher.tokenizer.bos_token_id
+    per_language = [own]
+    for lang in d.mix:
+        real = real_data(lang, config.data_root or None)
+        texts = data.monolingual_token_ids(lang, teacher.tokenizer, sources=real.monolingual if real else (),
+                                           root=config.data_root)
+        per_language.append(tmod.chunk_token_ids(texts, d.max_tokens, bos))
+    share = -(-d.max_examples // len(per_language))
+    rounds = [w[:share] for w in per_language]
+    return [w for i in range(share) for w in (r[i] for r in rounds if i < len(r))]
 
 
 def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
@@ -254,8 +311,12 @@ def eval_sets(config: DistillConfig, teacher: Teacher, progress: bool = True
         meta = {"kind": "eval", "task": task, "lang": config.lang, "teacher": teacher.spec,
                 "prompts": e.prompts, "max_new_tokens": e.max_new_tokens, "seed": e.seed,
                 "k": config.data.k, "sampling": sampling.to_dict(), **_teacher_dtype(teacher)}
+        sources = None
+        if task == "translation" and config.data.test_source:
+            sources = (config.data.test_source, config.data.shots_source or config.data.test_source)
+            meta["sources"] = list(sources)
         items = data.task_prompts(task, config.lang, teacher.tokenizer, "test", e.prompts,
-                                  seed=e.seed)
+                                  seed=e.seed, sources=sources, root=config.data_root)
         root = _cache_root(config) / f"eval-{task}-{config.lang}-{_key(meta)}"
         caches = {"topk": root / "topk", "warped": root / "warped"}
         if all((d / "manifest.json").exists() and SoftTargetShards(d).complete for d in caches.values()):

@@ -55,6 +55,8 @@ class SettingStats:
     n: int = 0
     alpha_mean: float = math.nan  # pooled: sum matched / sum (matched + rejections)
     alpha_std: float = math.nan  # std of the per-generation alphas (NaN ones left out)
+    alpha_low: float = math.nan  # BCa 95% interval of the pooled α, prompts resampled
+    alpha_high: float = math.nan
     n_judged: int = 0  # generations with at least one judged draft token
     alpha_token_mean: float = math.nan  # pooled: sum accepted / sum proposed
     mean_accepted_length: float = math.nan  # pooled: sum accepted / sum steps
@@ -174,6 +176,49 @@ def median_interval(by_prompt: dict[int, list[float]], seed: int = BOOTSTRAP_SEE
     return _bca([table], lambda rows, axis=-1: _median_of(table, rows), seed, level)
 
 
+def _judged_table(records: list[ExampleRecord]) -> np.ndarray:
+    """Per prompt (its seeds summed): [accepted, accepted + rejections], prompts with none left out."""
+    by: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        by[r.prompt_index][0] += r.accepted
+        by[r.prompt_index][1] += r.accepted + r.rejections
+    return np.array([v for v in by.values() if v[1] > 0], dtype=np.float64).reshape(-1, 2)
+
+
+def _pooled_alpha_of(table: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    picked = table[rows]  # (..., n, 2)
+    return picked[..., 0].sum(-1) / picked[..., 1].sum(-1)
+
+
+def alpha_interval(records: list[ExampleRecord], seed: int = BOOTSTRAP_SEED,
+                   level: float = 0.95) -> tuple[float, float]:
+    """BCa interval of the pooled α of ``records``, prompts resampled; NaN under 2 prompts."""
+    table = _judged_table(records)
+    if len(table) < 2:
+        return math.nan, math.nan
+    return _bca([table], lambda rows, axis=-1: _pooled_alpha_of(table, rows), seed, level)
+
+
+def mean_alpha_interval(records: list[ExampleRecord], cells: list[CellKey]) -> tuple[float, float, float]:
+    """Mean over ``cells`` of their pooled α, with a BCa 95% interval (prompts resampled within
+    each cell); NaN interval where a cell has < 2 judged prompts."""
+    groups: dict[CellKey, list[ExampleRecord]] = defaultdict(list)
+    for r in records:
+        groups[(r.language, r.task, r.drafter, r.gamma)].append(r)
+    tables = [t for t in (_judged_table(groups.get(key, [])) for key in cells) if len(t)]
+    if not tables:
+        return math.nan, math.nan, math.nan
+
+    def mean_alpha(*rows: np.ndarray, axis: int = -1) -> np.ndarray:
+        return sum(_pooled_alpha_of(t, r) for t, r in zip(tables, rows)) / len(tables)
+
+    mean = float(mean_alpha(*(np.arange(len(t)) for t in tables)))
+    if any(len(t) < 2 for t in tables):
+        return mean, math.nan, math.nan
+    seed = BOOTSTRAP_SEED + zlib.crc32(("alpha|" + "|".join("|".join(map(str, k)) for k in cells)).encode())
+    return (mean, *_bca(tables, mean_alpha, seed, 0.95))
+
+
 def cell_seed(key: CellKey) -> int:
     """A fixed bootstrap seed per cell: reproducible, and independent resamples across cells
     (their prompts are different texts), which the interval of a mean over cells assumes."""
@@ -230,6 +275,7 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             alphas = np.array([r.alpha for r in rows if is_finite(r.alpha)], dtype=np.float64)
             s.n_judged = sum(1 for r in rows if r.accepted + r.rejections > 0)
             s.alpha_mean = pooled_alpha(rows)
+            s.alpha_low, s.alpha_high = alpha_interval(rows, seed=cell_seed(key))
             s.alpha_std = float(alphas.std(ddof=1)) if len(alphas) > 1 else (0.0 if len(alphas) else math.nan)
             proposed, steps = sum(r.proposed for r in rows), sum(r.steps for r in rows)
             accepted = sum(r.accepted for r in rows)
@@ -475,3 +521,36 @@ def cross_task_matrix(stats: list[SettingStats]) -> dict[str, dict[str, dict[str
 
 def wall_seconds_total(records: list[ExampleRecord]) -> float:
     return float(sum(r.wall_seconds for r in records))
+
+
+def paper_table(records: list[ExampleRecord]) -> list[dict]:
+    """The paper's comparison, one row per task and drafter: each language's γ chosen on the
+    choosing prompts (the highest measured speedup), then α, f, f at the measured verification
+    cost and the measured speedup on the held-out prompts, as means over languages with BCa 95%
+    intervals (prompts resampled within each language), and each language's held-out values."""
+    choose, measure = held_out_split(records)
+    chosen = best_gamma(setting_stats(choose))
+    held = {(s.language, s.task, s.drafter, s.gamma): s for s in setting_stats(measure)}
+    by: dict[tuple[str, str], list[CellKey]] = defaultdict(list)
+    for (lang, task, drafter), s in sorted(chosen.items()):
+        by[(task, drafter)].append((lang, task, drafter, s.gamma))
+    rows = []
+    for (task, drafter), cells in sorted(by.items()):
+        cells = [c for c in cells if c in held]
+        if not cells:
+            continue
+        hs = [held[c] for c in cells]
+        speedup, low, high = mean_speedup_interval(measure, cells)
+        alpha, alpha_low, alpha_high = mean_alpha_interval(measure, cells)
+        rows.append({
+            "task": task, "drafter": drafter, "trained_on": hs[0].trained_on, "languages": len(hs),
+            "alpha": alpha, "alpha_low": alpha_low, "alpha_high": alpha_high,
+            "f": _nanmean([h.theoretical_f for h in hs]), "f_verify": _nanmean([h.f_verify for h in hs]),
+            "c": _nanmean([h.c for h in hs]), "verify_cost": _nanmean([h.verify_cost for h in hs]),
+            "speedup": speedup, "speedup_low": low, "speedup_high": high,
+            "per_language": [{"language": h.language, "gamma": h.gamma, "alpha": h.alpha_mean,
+                              "alpha_low": h.alpha_low, "alpha_high": h.alpha_high,
+                              "speedup": h.speedup, "speedup_low": h.speedup_low,
+                              "speedup_high": h.speedup_high, "f": h.theoretical_f} for h in hs],
+        })  # fmt: skip
+    return rows

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from babelspec.experiments import aggregate as agg
+from babelspec.experiments import paper
 from babelspec.experiments.divergence import resourcedness_correlation
 from babelspec.experiments.router import build_router
 from babelspec.experiments.store import STORE_NAME, Store
@@ -94,6 +95,11 @@ def analyse(store: Store) -> dict[str, Any]:
         "languages": [asdict(x) for x in languages_rows],
         "headline": agg.headline(records, languages_rows),
         "drafter_means": agg.drafter_means(stats),
+        # the paper's comparison: γ chosen on the choosing prompts, numbers from the held-out ones
+        "paper_table": (table := agg.paper_table(records)),
+        "paper_findings": paper.findings_dicts(table),
+        "task_kd_vs_bigram": paper.task_kd_against_bigram(table),
+        "distilled": distilled_runs(specs),
         "cross_task": agg.cross_task_matrix(stats),
         "router": router.to_dict(),
         # held out; the worst route chosen on the choosing prompts, like the headline's
@@ -106,6 +112,39 @@ def analyse(store: Store) -> dict[str, Any]:
         "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
         "forward_seconds": _forward_samples(records),
     }
+
+
+def distilled_runs(specs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
+    """What each distilled drafter of the run recorded (``distilled.json``): data, steps, why
+    training stopped, expected α before and after, and the learning curve."""
+    import json
+
+    out, seen = [], set()
+    for (drafter, lang), spec in sorted(specs.items()):
+        kind, _, where = spec.partition(":")
+        path = Path(where) / "distilled.json"
+        if kind != "distilled" or where in seen or not path.is_file():
+            continue
+        seen.add(where)
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        data = meta.get("config", {}).get("data", {})
+        curve = [{"step": p.get("step"), "train_loss": p.get("train_loss"), "dev_loss": p.get("dev_loss"),
+                  **{f"alpha_{t}": v.get("expected_acceptance") for t, v in (p.get("held_out") or {}).items()
+                     if isinstance(v, dict)}} for p in meta.get("curve", [])]  # fmt: skip
+        out.append({
+            "drafter": drafter, "language": meta.get("lang", lang), "mode": meta.get("mode"),
+            "mix": data.get("mix", []), "train_examples": meta.get("train_examples"),
+            "train_response_tokens": meta.get("train_response_tokens"),
+            "sources": data.get("train_source") or data.get("text_sources") or "bundled",
+            "steps": meta.get("steps"), "stopped": meta.get("stopped"), "best_step": meta.get("best_step"),
+            "before": {t: v.get("expected_acceptance") for t, v in meta.get("eval_before", {}).items() if isinstance(v, dict)},
+            "after": {t: v.get("expected_acceptance") for t, v in meta.get("eval_after", {}).items() if isinstance(v, dict)},
+            "seconds": meta.get("wall_seconds", {}), "curve": curve,
+        })  # fmt: skip
+    return out
 
 
 def _forward_samples(records, per_drafter: int = 4000) -> dict[str, dict[str, list[float]]]:

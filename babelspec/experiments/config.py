@@ -85,6 +85,7 @@ class LanguageData:
     test: str = "bundled@test"  # translation test sentences (English-aligned)
     shots: str = "bundled@train"  # few-shot examples of the translation prompts (English-aligned)
     monolingual: list[str] = field(default_factory=lambda: ["bundled@train"])  # n-grams, distillation
+    train: str = ""  # English-aligned sentences task distillation translates ("" = bundled train split)
 
 
 @dataclass
@@ -300,16 +301,21 @@ def _parse_data(raw: Any, where: str) -> DataSection:
         if not isinstance(mono, list) or not mono:
             raise ConfigError(f"{at}: monolingual must be a non-empty list of sources")
         d = LanguageData(test=str(table.get("test", "bundled@test")),
-                         shots=str(table.get("shots", "bundled@train")), monolingual=[str(m) for m in mono])
+                         shots=str(table.get("shots", "bundled@train")), monolingual=[str(m) for m in mono],
+                         train=str(table.get("train", "")))  # fmt: skip
         try:
             test, shots = parse_source(d.test), parse_source(d.shots)
             monos = [parse_source(m) for m in d.monolingual]
+            train = parse_source(d.train) if d.train else None
         except ValueError as exc:
             raise ConfigError(f"{at}: {exc}") from None
-        for key, src in (("test", test), ("shots", shots)):
-            if src.format not in PARALLEL_FORMATS:
-                raise ConfigError(f"{at}: {key} = {d.test if key == 'test' else d.shots!r} has no English "
+        for key, src in (("test", test), ("shots", shots), ("train", train)):
+            if src is not None and src.format not in PARALLEL_FORMATS:
+                raise ConfigError(f"{at}: {key} = {str(src)!r} has no English "
                                   f"side; use one of {', '.join(PARALLEL_FORMATS)}")
+        if train is not None and train.same_text(test):
+            raise ConfigError(f"{at}: train and test are the same sentences ({test}); distil on the "
+                              f"train split (e.g. @train)")
         # Never overlapping: few-shot examples and training text come from other sentences.
         if shots.same_text(test):
             raise ConfigError(f"{at}: shots and test are the same sentences ({test}); take the "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,22 @@ class PrepareRequest:
         if "distil" in self.setting.options:  # the target's own distributions: its dtype and warping
             fields["sampling"] = self.sampling.to_dict() if self.sampling is not None else None
             fields["dtype"] = str(next(self.target.model.parameters()).dtype)
+        if self.setting.kind == "distilled":
+            if self.data is not None and self.data.root:
+                fields["data"] = asdict(self.data.for_language(self.language))
+            if _mix(self.setting):  # one multilingual drafter for every language of the run
+                fields["lang"] = _mix(self.setting)
+                fields.pop("data", None)
         key = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        return self.artifacts / f"{self.setting.name}-{self.language}-{digest}{suffix}"
+        lang = "mix" if self.setting.kind == "distilled" and _mix(self.setting) else self.language
+        return self.artifacts / f"{self.setting.name}-{lang}-{digest}{suffix}"
+
+
+def _mix(setting: DrafterSetting) -> list[str]:
+    """The languages of a multilingual distilled setting (its ``data.mix`` option), or []."""
+    data = setting.options.get("data")
+    return list(data.get("mix", [])) if isinstance(data, dict) else []
 
 
 Preparer = Callable[[PrepareRequest], str]
@@ -204,13 +217,42 @@ def _prepare_distilled(req: PrepareRequest) -> str:
             overrides.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             overrides[key] = value
+    mix = _mix(req.setting)
+    if mix:  # trained once, on the first language's text and the others', for every language
+        overrides["lang"], overrides["data.mix"] = mix[0], mix[1:]
     try:
-        config = pipeline.load_config(config_file, lang=req.language, teacher=req.target_spec, **overrides)
-        req.log(f"distilling {req.setting.name} ({config.mode}) for {req.language}")
-        teacher = pipeline.Teacher(req.target_spec, req.target.model, req.target.tokenizer)
-        meta = pipeline.run_distill(config, out, teacher=teacher)
+        config = pipeline.load_config(config_file, **{"lang": req.language, "teacher": req.target_spec, **overrides})
+        if req.data is not None and req.data.root:
+            _real_sources(config, req.data, req.language)
+        req.log(f"distilling {req.setting.name} ({config.mode}) for {config.lang}"
+                + (f" + {', '.join(config.data.mix)}" if config.data.mix else ""))
+        # The loaded target teaches when it has the distillation's dtype; a bf16 target does not:
+        # the student trains in the teacher's dtype, and bf16 weights round most AdamW updates
+        # away, so the recipe's float32 teacher is loaded beside it.
+        from babelspec.models.loader import resolve_dtype
+
+        model = req.target.model
+        same = resolve_dtype(config.dtype, None) == next(model.parameters()).dtype
+        teacher = pipeline.Teacher(req.target_spec, model, req.target.tokenizer) if same else None
+        meta = pipeline.run_distill(config, out, teacher=teacher, progress=False)
     except (ValueError, OSError) as exc:
         raise DrafterUnavailable(f"distillation failed: {exc}") from exc
     if "interrupted_at_step" in meta or not (out / "distilled.json").is_file():
         raise DrafterUnavailable(f"distillation wrote no drafter in {out}")
     return f"distilled:{out}"
+
+
+def _real_sources(config: Any, data: Any, lang: str) -> None:
+    """Point a distillation at the run's ``[data]`` sets where its own config names none: task
+    mode translates the language's ``train`` sentences (the bundled train split when the run
+    gives none) with its ``shots`` as examples, general mode reads its ``monolingual`` sources,
+    and the held-out translation prompts are its ``test`` sentences. A multilingual setting
+    reads the real sets of ``babelspec.data.real`` for the languages it mixes in."""
+    d, ours = config.data, data.for_language(config.lang if config.data.mix else lang)
+    config.data_root = config.data_root or data.root
+    if config.mode == "task" and not d.train_source and ours.train:
+        d.train_source, d.shots_source = ours.train, d.shots_source or ours.shots
+    if config.mode == "general" and not d.text_sources:
+        d.text_sources = list(ours.monolingual)
+    if not d.test_source:
+        d.test_source, d.shots_source = ours.test, d.shots_source or ours.shots

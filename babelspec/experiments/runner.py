@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.executors import Executor, LocalExecutor
@@ -129,6 +130,8 @@ class RunPlan:
     workers: int
     seconds_per_token: float  # plain decoding, measured on one worker
     max_new_tokens: int
+    prepare_jobs: int = 0  # drafters still to train (n-grams, distillation)
+    prepare_seconds: float = 0.0  # their estimated wall time (estimate_prepare_seconds)
 
     @property
     def hours(self) -> float:
@@ -137,11 +140,39 @@ class RunPlan:
         return self.generations * per_gen / max(1, self.workers) / 3600
 
     def describe(self) -> str:
+        prep = self.prepare_seconds / max(1, self.workers) / 3600
         return (f"{self.units} units, {self.generations} generations to run "
                 f"({self.done_before} already stored) on {self.workers} worker(s); "
                 f"plain decoding at {1 / self.seconds_per_token:.1f} tokens/s per worker -> "
-                f"at most {self.hours:.2f} h (every generation at max_new_tokens = {self.max_new_tokens}; "
-                f"drafter preparation, divergence and analysis not included)")  # fmt: skip
+                f"at most {self.hours:.2f} h (every generation at max_new_tokens = {self.max_new_tokens}); "
+                f"{self.prepare_jobs} drafters to train, about {prep:.2f} h; in all about "
+                f"{self.hours + prep:.2f} h (divergence and analysis not included)")  # fmt: skip
+
+
+# Wall seconds to train one drafter on a 2-core CPU, measured in `babelspec run --config
+# configs/paper.toml` (the report's stage table has the figures): a distillation is its
+# training budget plus the teacher's soft targets and the held-out sets, an n-gram is counted
+# in seconds, a distilled n-gram scores the target over its text (and answers its prompts).
+PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 10.0, "ngram_distil_mode": 60.0}
+
+
+def estimate_prepare_seconds(setting: Any) -> float:
+    """The estimated wall seconds of preparing ``setting`` for one language (PREPARE_SECONDS)."""
+    options = setting.options
+    if setting.kind == "distilled":
+        budget = (options.get("train") or {}).get("budget_seconds")
+        if budget is None:
+            from babelspec.distill.pipeline import load_config
+
+            try:
+                budget = load_config(options.get("config"), lang="eng").train.budget_seconds
+            except ValueError:
+                budget = 0.0
+        return float(budget or 300.0) + PREPARE_SECONDS["distilled_overhead"]
+    if setting.kind == "ngram" and "distil" in options:
+        modes = options["distil"]
+        return PREPARE_SECONDS["ngram_distil_mode"] * (1 if isinstance(modes, str) else len(modes))
+    return PREPARE_SECONDS["ngram"] if setting.kind == "ngram" else 0.0
 
 
 def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], None] = print,
@@ -170,8 +201,20 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
         workers = executor.workers
     finally:
         executor.close()
+    prepared = {}  # (setting, language) -> seconds; a multilingual distillation is trained once
+    done_specs = {}
+    if path.is_file():
+        with Store(path) as store:
+            done_specs = store.meta().get("specs", {})
+    for lang in cfg.languages:
+        for setting in cfg.settings_for(lang):
+            if not setting.prepared or f"{setting.name}|{lang}" in done_specs:
+                continue
+            mixed = setting.kind == "distilled" and (setting.options.get("data") or {}).get("mix")
+            prepared[(setting.name, "mix" if mixed else lang)] = estimate_prepare_seconds(setting)
     return RunPlan(units=len(units_of(todo)), generations=len(todo), done_before=len(items) - len(todo),
-                   workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens)  # fmt: skip
+                   workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens,
+                   prepare_jobs=len(prepared), prepare_seconds=sum(prepared.values()))  # fmt: skip
 
 
 def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):

@@ -49,9 +49,23 @@ def forward_times(samples: dict[str, dict[str, list[float]]]) -> bytes | None:
     return _png(fig)
 
 
+def _yerr(rows: list[dict], value: str, interval: tuple[str, str] | None) -> np.ndarray | None:
+    """Asymmetric error bars (2 x n) from each row's interval keys; 0 where a row has none."""
+    if interval is None:
+        return None
+    lo_key, hi_key = interval
+    err = np.zeros((2, len(rows)))
+    for i, r in enumerate(rows):
+        v, lo, hi = r.get(value), r.get(lo_key), r.get(hi_key)
+        if is_finite(v) and is_finite(lo) and is_finite(hi):
+            err[:, i] = [max(0.0, v - lo), max(0.0, hi - v)]
+    return err
+
+
 def per_language_bars(best: list[dict], task: str, value: str, ylabel: str,
-                      line_at_one: bool = False) -> bytes | None:
-    """One bar per drafter setting per language for ``task`` (paper Figs. 3-4)."""
+                      line_at_one: bool = False, interval: tuple[str, str] | None = None) -> bytes | None:
+    """One bar per drafter setting per language for ``task`` (paper Figs. 3-4), with the
+    ``interval`` keys' bounds as error bars."""
     rows = [b for b in best if b["task"] == task and is_finite(b.get(value))]
     if not rows:
         return None
@@ -60,9 +74,11 @@ def per_language_bars(best: list[dict], task: str, value: str, ylabel: str,
     width = 0.8 / len(drafters)
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(langs) + 2), 3.6))
     for j, d in enumerate(drafters):
-        vals = {b["language"]: b[value] for b in rows if b["drafter"] == d}
+        mine = {b["language"]: b for b in rows if b["drafter"] == d}
         xs = [i + (j - (len(drafters) - 1) / 2) * width for i in range(len(langs))]
-        ax.bar(xs, [vals.get(lang, np.nan) for lang in langs], width, label=d)
+        cells = [mine.get(lang, {}) for lang in langs]
+        ax.bar(xs, [c.get(value, np.nan) for c in cells], width, label=d,
+               yerr=_yerr(cells, value, interval), capsize=2, error_kw={"linewidth": 0.8})
     if line_at_one:
         ax.axhline(1.0, color="k", linewidth=1, linestyle="--")
     ax.set_xticks(range(len(langs)), langs)
@@ -178,4 +194,58 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
     ax.set_xlabel("bundled monolingual train corpus (characters, log scale)")
     ax.set_ylabel("draft/target total variation per character")
     ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def paper_table(table: list[dict], paper: dict[str, dict[str, tuple[float, float]]]) -> bytes | None:
+    """The paper's comparison: per task, held-out α and measured speedup per drafter (means over
+    languages, BCa 95% intervals), the paper's α and f as crosses where it has the drafter."""
+    if not table:
+        return None
+    tasks = sorted({r["task"] for r in table})
+    fig, axes = plt.subplots(2, len(tasks), figsize=(5.2 * len(tasks), 6.4), squeeze=False)
+    for col, task in enumerate(tasks):
+        rows = [r for r in table if r["task"] == task]
+        xs = np.arange(len(rows))
+        for row_i, (value, label, idx) in enumerate((("alpha", "α (held out)", 0), ("speedup", "measured speedup", 1))):
+            ax = axes[row_i][col]
+            ax.bar(xs, [r[value] if is_finite(r[value]) else np.nan for r in rows], 0.6,
+                   yerr=_yerr(rows, value, (f"{value}_low", f"{value}_high")), capsize=3,
+                   color="tab:blue", label="this run")
+            px = [(i, paper[r["drafter"]][task][idx]) for i, r in enumerate(rows) if task in paper.get(r["drafter"], {})]
+            if px:
+                ax.plot(*zip(*px), "x", color="tab:red", markersize=9, mew=2,
+                        label="paper (α)" if idx == 0 else "paper (theoretical f)")
+            if idx == 1:
+                ax.axhline(1.0, color="k", linewidth=1, linestyle="--")
+            ax.set_xticks(xs, [r["drafter"] for r in rows], rotation=20, fontsize=8)
+            ax.set_ylabel(label)
+            ax.set_title(task)
+            ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def learning_curves(runs: list[dict]) -> bytes | None:
+    """Dev loss and expected α (held-out translation) by training step, one line per distilled
+    drafter and language, a circle at the kept (best dev loss) step."""
+    runs = [r for r in runs if any(is_finite(p.get("dev_loss")) for p in r.get("curve", []))]
+    if not runs:
+        return None
+    drafters = sorted({r["drafter"] for r in runs})
+    fig, axes = plt.subplots(2, len(drafters), figsize=(4.6 * len(drafters), 6.0), squeeze=False)
+    for col, d in enumerate(drafters):
+        for r in (x for x in runs if x["drafter"] == d):
+            curve = r["curve"]
+            steps = [p["step"] for p in curve]
+            for row_i, key in enumerate(("dev_loss", "alpha_translation")):
+                ys = [p.get(key) if is_finite(p.get(key)) else np.nan for p in curve]
+                (line,) = axes[row_i][col].plot(steps, ys, linewidth=1.3, label=r["language"])
+                if r.get("best_step") in steps:
+                    k = steps.index(r["best_step"])
+                    axes[row_i][col].plot([steps[k]], [ys[k]], "o", color=line.get_color())
+        axes[0][col].set_title(d)
+        axes[0][col].set_ylabel("dev loss (soft CE)")
+        axes[1][col].set_ylabel("expected α, translation")
+        axes[1][col].set_xlabel("step")
+        axes[0][col].legend(fontsize=7)
     return _png(fig)

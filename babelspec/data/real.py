@@ -1,0 +1,67 @@
+"""The real sets each language has, as source strings, and where the corpora folder is.
+
+One table says, per language, which published sets a run or a distillation reads when a
+corpora folder (the layout of FLORES-200 as published in SIB-200, NTREX-128, OLDI Seed,
+FLoRes v1, Tatoeba) is at hand: ``test`` holds the translation test sentences, ``shots`` the
+few-shot pairs of their prompts, ``train`` the English-aligned sentences task distillation
+translates, ``monolingual`` the text n-grams are counted on and general distillation reads.
+Never the test split anywhere else. ``configs/real.toml`` and ``configs/paper.toml`` spell the
+same table out; ``babelspec distill`` takes it when no source is given.
+
+Stand-ins where FLORES-200 has no code of the paper's: ber = Kabyle (kab_Latn); zgh = Central
+Atlas Tamazight in Tifinagh (tzm_Tfng) for FLORES-200 and Standard Moroccan Tamazight (zgh_Tfng)
+for OLDI Seed; que = Ayacucho Quechua (quy_Latn); npi = nep/ne. chr and haw: no openly licensed
+set holds them, so they have no entry and use the bundled dataset.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from babelspec.data.languages import get_language
+
+CORPORA_ENV = "BABELSPEC_CORPORA"
+
+
+@dataclass(frozen=True)
+class RealData:
+    test: str = "sib200:sib200@test"
+    shots: str = "sib200:sib200@dev"
+    train: str = "sib200:sib200@train"
+    monolingual: tuple[str, ...] = ("sib200:sib200@train",)
+
+
+REAL_DATA: dict[str, RealData] = {
+    "amh": RealData(monolingual=("sib200:sib200@train", "ntrex:ntrex", "text:hornmt/data/amh.txt")),
+    "ber": RealData(monolingual=("sib200:sib200@train", "tatoeba-laser:tatoeba_laser")),
+    "grn": RealData(monolingual=("oldi-seed:nllb_oldi_seed", "sib200:sib200@train")),
+    "ibo": RealData(monolingual=("sib200:sib200@train", "ntrex:ntrex")),
+    "npi": RealData(monolingual=("sib200:sib200@train", "ntrex:ntrex", "flores-v1:flores_v1@dev",
+                                 "flores-v1:flores_v1@devtest")),
+    "oci": RealData(monolingual=("sib200:sib200@train", "tatoeba-laser:tatoeba_laser")),
+    "que": RealData(monolingual=("sib200:sib200@train",)),
+    "yor": RealData(monolingual=("sib200:sib200@train", "ntrex:ntrex")),
+    "zgh": RealData(monolingual=("oldi-seed:nllb_oldi_seed", "sib200:sib200@train")),
+}
+
+
+def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The corpora folder: ``explicit`` (``--data-root``), else ``$BABELSPEC_CORPORA``, else
+    ``../shared/corpora`` beside the working directory; None when none of them is a folder."""
+    for candidate in (explicit, os.environ.get(CORPORA_ENV), Path.cwd().parent / "shared" / "corpora"):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate).resolve()
+    if explicit:
+        raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
+                         f"(e.g. --data-root ../shared/corpora)")
+    return None
+
+
+def real_data(lang: str, root: str | os.PathLike | None) -> RealData | None:
+    """The language's real sets when ``root`` holds them (SIB-200 at least), else None."""
+    entry = REAL_DATA.get(get_language(lang).code)
+    if entry is None or root is None or not (Path(root) / "sib200").is_dir():
+        return None
+    return entry
