@@ -150,3 +150,46 @@ def test_bad_data_sources_are_refused_before_anything_runs(tmp_path):
     with pytest.raises(ValueError, match="translation prompts need English-aligned text"):
         load_config(None, mode="task", lang="yor", data_root=str(tmp_path),
                     **{"data.train_source": "text:x.txt"}).validate()
+
+
+@real
+def test_without_sources_a_distillation_reads_the_languages_real_sets(monkeypatch, tmp_path):
+    """`babelspec distill --mode task|general --lang L` with no source: SIB-200 train sentences
+    (dev shots) in task mode, the language's real monolingual sets in general mode, the test
+    split's sentences held out; the bundled data where the folder holds nothing for L."""
+    from babelspec.data.real import REAL_DATA, corpora_root
+    from babelspec.distill.pipeline import with_real_data
+
+    monkeypatch.setenv("BABELSPEC_CORPORA", str(CORPORA))
+    assert corpora_root() == CORPORA.resolve()
+    task = with_real_data(load_config(None, mode="task", lang="grn"), corpora_root())
+    task.validate()
+    assert (task.data.train_source, task.data.shots_source, task.data.test_source) == \
+        ("sib200:sib200@train", "sib200:sib200@dev", "sib200:sib200@test")
+    general = with_real_data(load_config(None, mode="general", lang="grn"), corpora_root())
+    general.validate()
+    assert general.data.text_sources == list(REAL_DATA["grn"].monolingual)
+    assert "oldi-seed:nllb_oldi_seed" in general.data.text_sources
+    chr_ = with_real_data(load_config(None, mode="task", lang="chr"), corpora_root())
+    assert (chr_.data.train_source, chr_.data_root) == ("", "")  # no real set: the bundled split
+    empty = with_real_data(load_config(None, mode="task", lang="grn"), tmp_path)  # no sib200/ there
+    assert empty.data.train_source == ""
+    with pytest.raises(ValueError, match="not a folder"):
+        corpora_root(tmp_path / "missing")
+
+
+@real
+def test_a_multilingual_student_reads_every_languages_text_in_equal_shares(teacher, tmp_path):
+    from babelspec.distill.pipeline import _mixed_windows, with_real_data
+
+    config = with_real_data(load_config(None, mode="general", lang="grn", **{"data.mix": ["yo", "amh"],
+                                                                            "data.max_examples": 6}), CORPORA)
+    config.validate()
+    assert config.data.mix == ["yor", "amh"]  # aliases resolved
+    own = [[2, 10, 11]] * 5
+    windows = _mixed_windows(config, teacher, own)
+    assert len(windows) == 6 and windows[0] == own[0] and windows[3] == own[1]  # grn, yor, amh, grn, ...
+    amh = teacher.tokenizer.decode(windows[2])
+    assert any("\u1200" <= ch <= "\u137f" for ch in amh)  # Ethiopic script: amh's real text
+    with pytest.raises(ValueError, match="data.mix .* is for general mode"):
+        load_config(None, mode="task", lang="grn", **{"data.mix": ["yor"]}).validate()

@@ -113,3 +113,40 @@ def test_distilled_ngram_setting_is_prepared_once(tmp_path):
 
     again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
     assert again.generated == 0 and again.specs[("bigram-distilled", "yor")] == spec
+
+
+def test_the_paper_profile_distils_on_the_runs_real_sets(tmp_path):
+    """configs/paper.toml: six languages on FLORES-200 test sentences; task KD translates the
+    language's SIB-200 train split, general KD reads its real monolingual sets, the held-out
+    prompts are its test sentences; the family-model stand-in is one multilingual drafter."""
+    import os
+    from pathlib import Path
+
+    import pytest
+
+    from babelspec.distill import pipeline
+    from babelspec.experiments.prepare import PrepareRequest, _real_sources
+
+    corpora = Path(os.environ.get("BABELSPEC_CORPORA") or Path(__file__).resolve().parents[2] / "shared" / "corpora")
+    if not corpora.is_dir():
+        pytest.skip(f"no real corpora at {corpora}")
+    cfg = load_config("configs/paper.toml", data_root=corpora)
+    assert len(cfg.languages) >= 6 and cfg.prompts_per_cell >= 10 and cfg.baseline
+    names = {d.name: d for d in cfg.drafters}
+    assert set(names) == {"baseline", "distill-task", "distill-general", "bigram", "bigram-distilled"}
+    for lang in cfg.languages:
+        assert cfg.data.for_language(lang).test == "sib200:sib200@test"
+    task = pipeline.load_config(names["distill-task"].options["config"], mode="task", lang="amh")
+    _real_sources(task, cfg.data, "amh")
+    task.validate()
+    assert (task.data.train_source, task.data.shots_source, task.data.test_source) == \
+        ("sib200:sib200@train", "sib200:sib200@dev", "sib200:sib200@test")
+    general = pipeline.load_config(names["distill-general"].options["config"], mode="general", lang="grn")
+    _real_sources(general, cfg.data, "grn")
+    assert general.data.text_sources == cfg.data.for_language("grn").monolingual
+    paths = {PrepareRequest(names["baseline"], lang, cfg.target, None, tmp_path, data=cfg.data).artifact_path("")
+             for lang in cfg.languages}
+    assert len(paths) == 1 and "-mix-" in paths.pop().name  # trained once for every language
+    per_language = {PrepareRequest(names["distill-task"], lang, cfg.target, None, tmp_path, data=cfg.data).artifact_path("")
+                    for lang in cfg.languages}
+    assert len(per_language) == len(cfg.languages)

@@ -50,12 +50,14 @@ REAL_DATA: dict[str, RealData] = {
 def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
     """The corpora folder: ``explicit`` (``--data-root``), else ``$BABELSPEC_CORPORA``, else
     ``../shared/corpora`` beside the working directory; None when none of them is a folder."""
-    for candidate in (explicit, os.environ.get(CORPORA_ENV), Path.cwd().parent / "shared" / "corpora"):
+    if explicit:
+        if not Path(explicit).is_dir():
+            raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
+                             f"(e.g. --data-root ../shared/corpora)")
+        return Path(explicit).resolve()
+    for candidate in (os.environ.get(CORPORA_ENV), Path.cwd().parent / "shared" / "corpora"):
         if candidate and Path(candidate).is_dir():
             return Path(candidate).resolve()
-    if explicit:
-        raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
-                         f"(e.g. --data-root ../shared/corpora)")
     return None
 
 

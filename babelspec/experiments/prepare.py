@@ -63,6 +63,7 @@ class PrepareRequest:
             if _mix(self.setting):  # one multilingual drafter for every language of the run
                 fields["lang"] = _mix(self.setting)
                 fields.pop("data", None)
+                fields.pop("corpus", None)
         key = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         lang = "mix" if self.setting.kind == "distilled" and _mix(self.setting) else self.language
