@@ -141,6 +141,64 @@ def accept_or_reject(q: Probs, draft: Draft, rng: np.random.Generator) -> tuple[
     return k, q.draw(k, float(u[k]))
 
 
+def accept_tree(q: Probs, draft: Draft, rng: np.random.Generator) -> tuple[list[int], int]:
+    """Judge a token tree against the target's rows ``q`` (row 0 after the pending token, row
+    i + 1 after node i). Returns (the accepted nodes, root to leaf; the next token).
+
+    From the root, a node's children are tried in order: child x with draft row p is accepted
+    with probability min(1, r(x) / p(x)) where r starts as the node's target row and, after each
+    rejection, becomes norm(max(0, r - p)) (SpecInfer's multi-step rule; for a point mass p it
+    removes x and renormalises, so candidates x_1, x_2, ... come out with probability q(x_i)).
+    An accepted child is judged in turn; when all are rejected the next token is drawn from the
+    last residual, and after a leaf from the leaf's row (the bonus token). Lossless for point-mass
+    children and for children drawn i.i.d. from their rows; greedy: descend while the arg-max is
+    a child."""
+    children: dict[int, list[int]] = {}
+    for i, parent in enumerate(draft.parents.tolist()):
+        children.setdefault(parent, []).append(i)
+    tokens = draft.tokens.tolist()
+    path: list[int] = []
+    node = -1
+    while True:
+        ids, row = q.support(node + 1)
+        residual = row.astype(np.float64)
+        chosen = None
+        for child in children.get(node, ()):
+            x = tokens[child]
+            mass = residual.sum()
+            r_x = residual[ids == x].sum() / mass
+            if rng.random() * draft.probs.prob(child, x) < r_x:  # accept with min(1, r / p)
+                chosen = child
+                break
+            rest = np.maximum(residual / mass - draft.probs.prob_at(child, ids), 0.0)
+            if rest.sum() > 0:  # else r == p up to rounding: a rejection is a measure-zero event
+                residual = rest
+        if chosen is None:
+            return path, int(ids[_draw_index(residual, rng.random())])
+        path.append(chosen)
+        node = chosen
+
+
+def _draw_index(weights: np.ndarray, u: float) -> int:
+    cdf = np.cumsum(weights)
+    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return j if j < len(cdf) else int(np.flatnonzero(weights)[-1])
+
+
+def _tree_windows(seq: np.ndarray, length: int, tokens: list[int], parents: np.ndarray, window: int) -> np.ndarray:
+    """[k + 1, window]: the ids each row of a tree's verification penalises, the last ``window``
+    of the sequence followed by the row's own path (row 0: the sequence itself)."""
+    before = seq[max(0, length - window) : length].tolist()
+    paths: list[list[int]] = [[]]
+    for i, parent in enumerate(parents.tolist()):
+        paths.append(paths[parent + 1] + [tokens[i]])
+    out = np.empty((len(paths), window), dtype=np.int64)
+    for r, path in enumerate(paths):
+        ids = (before + path)[-window:]
+        out[r] = [ids[0]] * (window - len(ids)) + ids  # a short history repeats its first id: no effect
+    return out
+
+
 def generate(
     target: Target,
     drafter: Drafter,
@@ -194,20 +252,42 @@ def generate(
         t0 = time.perf_counter()
         draft = drafter.propose(k_max) if k_max > 0 else Draft.empty()
         result.draft_seconds += time.perf_counter() - t0
+        tree = draft.parents is not None
+        if tree and draft.is_tree and not target.supports_trees:
+            draft = draft.first_chain()  # a verifier without trees checks the first guesses
         k = len(draft)
-        if k > k_max:
-            raise RuntimeError(f"drafter {drafter.name!r} proposed {k} tokens, more than {k_max}")
+        if draft.depth() > k_max:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {draft.depth()} tokens in a row, more than {k_max}")
         drafted = draft.tokens.tolist()
-        seq[length : length + k] = drafted
-        logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
-        q = warp(logits, sampling, seq, first_position=length)
-        n, next_token = accept_or_reject(q, draft, rng)
+        if draft.is_tree:
+            parents = draft.parents
+            block = torch.from_numpy(np.concatenate([[-1], parents + 1]))
+            logits = target.verify_tree([int(seq[length - 1])] + drafted, block)
+            windows = None
+            if sampling.repetition_penalty != 1.0 and sampling.repetition_window > 0:
+                windows = _tree_windows(seq, length, drafted, parents, sampling.repetition_window)
+            q = warp(logits, sampling, windows=windows)
+            path, next_token = accept_tree(q, draft, rng)
+            n = len(path)
+            accepted = [drafted[i] for i in path]
+            ended_in_rejection = any(p == (path[-1] if path else -1) for p in parents.tolist())
+            t0 = time.perf_counter()
+            target.keep_path(length - 1, [0] + [i + 1 for i in path])
+        else:
+            seq[length : length + k] = drafted
+            logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
+            q = warp(logits, sampling, seq, first_position=length)
+            n, next_token = accept_or_reject(q, draft, rng)
+            accepted, ended_in_rejection = drafted[:n], n < k
+            t0 = time.perf_counter()
+            target.crop_or_replay(length + n)
 
-        new_tokens = drafted[:n] + [next_token]
-        t0 = time.perf_counter()
-        target.crop_or_replay(length + n)
+        new_tokens = accepted + [next_token]
         t1 = time.perf_counter()
-        drafter.commit(n, next_token)
+        if tree:
+            drafter.commit_path(accepted, next_token)
+        else:
+            drafter.commit(n, next_token)
         result.rollback_seconds += t1 - t0
         result.draft_seconds += time.perf_counter() - t1  # rollback, replay, lookup index
         seq[length : length + n + 1] = new_tokens
@@ -215,7 +295,7 @@ def generate(
         result.steps += 1
         result.proposed += k
         result.accepted += n
-        result.rejections += n < k
+        result.rejections += ended_in_rejection
         result.proposed_per_step.append(k)
         result.accepted_per_step.append(n)
         result.draft_forwards += draft.forwards

@@ -115,6 +115,22 @@ class LeanCache:
     def get_seq_length(self) -> int:
         return self.layers[0].length if self.layers else 0
 
+    def keep(self, past: int, indices: torch.Tensor) -> None:
+        """Keep the first ``past`` tokens and then the block entries at ``indices`` (positions
+        after ``past``, ascending): the accepted path of a token tree, gathered in place."""
+        n = len(indices)
+        if n and bool((indices == torch.arange(n)).all()):
+            self.crop(past + n - self.get_seq_length())  # a prefix of the block: a crop
+            return
+        at = past + indices
+        for layer in self.layers:
+            if layer.keys_t:
+                layer.keys[..., past : past + n] = layer.keys[..., at]
+            else:
+                layer.keys[:, :, past : past + n] = layer.keys[:, :, at]
+            layer.values[:, :, past : past + n] = layer.values[:, :, at]
+            layer.length = past + n
+
     def crop(self, tokens: int) -> None:
         """Drop ``-tokens`` tokens from the end (``tokens`` <= 0, as ``DynamicCache.crop`` takes it)."""
         if tokens > 0:
@@ -311,13 +327,22 @@ class LeanGemma3:
                           for _ in self.layers])  # fmt: skip
 
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
+                parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Logits of ``ids`` [1, n] after the cached tokens. ``parents`` [n] (a token tree):
+        entry i is the block index of token i's parent, -1 for the last cached token; each
+        token then sees the cache and its own ancestors, at the position of its depth."""
         n = ids.shape[1]
         past = cache.get_seq_length()
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
-        positions = torch.arange(past, past + n, device=ids.device).unsqueeze(0)
+        if parents is None:
+            positions = torch.arange(past, past + n, device=ids.device).unsqueeze(0)
+            masks = self._masks(past, n, x.dtype, x.device)
+        else:
+            ancestors, depth = tree_ancestors(parents)
+            positions = (past + depth).to(ids.device).unsqueeze(0)
+            masks = self._tree_masks(past, ancestors, depth, x.dtype, x.device)
         rope = {kind: self.rotary(x, positions, kind) for kind in set(self.layer_types)}
-        masks = self._masks(past, n, x.dtype, x.device)
         for layer, kind, layer_cache in zip(self.layers, self.layer_types, cache.layers):
             residual = x
             h = _rms(x, *layer.norms["input_layernorm"])
@@ -401,6 +426,37 @@ class LeanGemma3:
                 out[sliding] = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
                     ~allowed, torch.finfo(dtype).min)  # fmt: skip
         return out
+
+    def _tree_masks(self, past: int, ancestors: torch.Tensor, depth: torch.Tensor, dtype: torch.dtype,
+                    device: torch.device) -> dict[bool, torch.Tensor]:  # fmt: skip
+        """Additive masks {sliding: mask} for a token tree after ``past`` cached tokens: the cache
+        and each token's ancestors; sliding layers also drop keys a window behind its position."""
+        n = len(depth)
+        query = (past + depth)[:, None]
+        key = torch.cat([torch.arange(past), past + depth])[None, :]
+        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), ancestors], dim=1)
+        out = {}
+        for sliding in (False, True):
+            ok = allowed & (key > query - self.window) if sliding and self.window is not None else allowed
+            out[sliding] = torch.zeros(ok.shape, dtype=dtype, device=device).masked_fill(
+                ~ok.to(device), torch.finfo(dtype).min)  # fmt: skip
+        return out
+
+
+def tree_ancestors(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ancestors [n, n] bool: token j is token i's ancestor or i itself, depth [n]: 0 for a
+    child of the cache) of a block whose token i has parent ``parents[i]`` < i (-1: the cache)."""
+    parents = [int(p) for p in parents]
+    n = len(parents)
+    ancestors = torch.eye(n, dtype=torch.bool)
+    depth = torch.zeros(n, dtype=torch.long)
+    for i, p in enumerate(parents):
+        if not -1 <= p < i:
+            raise ValueError(f"tree parents must point back (parents[{i}] = {p}): nodes in topological order")
+        if p >= 0:
+            ancestors[i] |= ancestors[p]
+            depth[i] = depth[p] + 1
+    return ancestors, depth
 
 
 def _norm_weights(norm: torch.nn.Module) -> tuple[torch.Tensor, float]:

@@ -109,14 +109,24 @@ class CausalLM:
     def forward_seconds(self) -> list[float]:
         return self.timer.seconds
 
+    @property
+    def supports_trees(self) -> bool:
+        """Whether ``forward`` takes a token tree (``parents``): the lean forward does."""
+        return self.lean is not None
+
     @torch.inference_mode()
-    def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0,
+                parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
-        ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab]."""
+        ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab].
+        ``parents`` [n] makes the block a token tree (``lean.LeanGemma3.forward``); the cache
+        then holds every node until ``keep_path``."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
+        if parents is not None and self.lean is None:
+            raise ValueError("token trees need the lean forward (a Gemma-3 model under eager attention)")
         self.timer.start()
         if self.lean is not None:
-            logits = self.lean(ids, self.cache, logits_to_keep).float()
+            logits = self.lean(ids, self.cache, logits_to_keep, parents).float()
         else:
             out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
             logits = out.logits[0].float()
@@ -137,6 +147,14 @@ class CausalLM:
         layer): attention keys and values and the causal-convolution windows crop as they are."""
         if not self.croppable:
             self._checkpoint = RecurrentSnapshot.take(self.cache, self.cached_len)
+
+    def keep_path(self, past: int, indices: list[int]) -> None:
+        """After a token tree's forward: keep the first ``past`` tokens and the block's nodes at
+        ``indices`` (ascending, the accepted path), a gather of the cached keys and values."""
+        at = torch.as_tensor(indices, dtype=torch.long)
+        self.cache.keep(past, at)
+        self.tokens = self.tokens[:past] + [self.tokens[past + i] for i in indices]
+        self.cached_len = past + len(indices)
 
     def crop_or_replay(self, length: int) -> None:
         """Roll the cache back so that it holds exactly the first ``length`` tokens.

@@ -253,6 +253,10 @@ class Probs:
             r = q
         return int(ids[_draw(r, u)])
 
+    def rows(self, index: list[int]) -> Probs:
+        """The rows at ``index``, in that order."""
+        return Probs._of(self.probs[index], None if self.ids is None else self.ids[index])
+
     def with_ids(self, id_of: np.ndarray) -> Probs:
         """The same rows with ids (or column numbers, for full rows) mapped through ``id_of``."""
         cols = self.ids if self.ids is not None else np.broadcast_to(np.arange(self.width), self.probs.shape)
@@ -362,12 +366,15 @@ def warp(
     config: SamplingConfig,
     sequence: torch.Tensor | np.ndarray | None = None,
     first_position: int = 0,
+    windows: np.ndarray | None = None,
 ) -> Probs:
     """Warp ``logits`` [n, vocab] under ``config``: penalty, temperature, top-k, top-p.
 
     Row i is the distribution of the token at position ``first_position + i`` of ``sequence``
-    (needed only for the repetition penalty). With top-k (or greedy decoding) the vocabulary is
-    read once and only the k candidates go further: a handful of NumPy operations per row.
+    (needed only for the repetition penalty). ``windows`` [n, repetition_window] gives each
+    row's penalised ids instead (the rows of a token tree each follow their own path). With
+    top-k (or greedy decoding) the vocabulary is read once and only the k candidates go
+    further: a handful of NumPy operations per row.
     """
     if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
         x = logits.numpy()
@@ -376,8 +383,11 @@ def warp(
     if x.strides[1] != x.itemsize:
         x = np.ascontiguousarray(x)
     window = None
-    if sequence is not None and config.repetition_penalty != 1.0 and config.repetition_window > 0:
-        window = _window_ids(sequence, first_position, len(x), config.repetition_window)
+    if config.repetition_penalty != 1.0 and config.repetition_window > 0:
+        if windows is not None:
+            window = np.asarray(windows, dtype=np.int64)
+        elif sequence is not None:
+            window = _window_ids(sequence, first_position, len(x), config.repetition_window)
     if len(x) == 1:
         probs, ids = _warp_row(x[0], None if window is None else window[0], config)
         return Probs._of(probs[None], None if ids is None else ids[None])

@@ -41,6 +41,11 @@ class Target(CausalLM):
             self.checkpoint()
         return self.forward(tokens)
 
+    def verify_tree(self, tokens: list[int], parents: torch.Tensor) -> torch.Tensor:
+        """Logits [len(tokens), vocab] of a token tree in one forward: the pending token (parent
+        -1) and the drafted nodes, each seeing only its ancestors (``supports_trees`` only)."""
+        return self.forward(tokens, parents=parents)
+
 
 def load_target(
     spec: str = DEFAULT_TARGET,

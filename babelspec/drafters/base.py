@@ -20,6 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from babelspec.sampling import Probs, SamplingConfig
@@ -29,13 +30,58 @@ _NO_PROBS = Probs.point([])
 
 @dataclass
 class Draft:
-    tokens: torch.Tensor  # [k] long, k <= gamma (k may be 0)
+    """Drafted tokens: a chain, or a token tree when ``parents`` is given.
+
+    In a tree, ``parents[i]`` is the index of node i's parent, -1 for a child of the pending
+    token; nodes come in topological order, and children of one node in the order the verifier
+    tries them. Children of one node are either point masses (distinct candidates) or i.i.d.
+    draws from one distribution, given as each child's row of ``probs``."""
+
+    tokens: torch.Tensor  # [k] long (k may be 0); a chain holds at most gamma tokens
     probs: Probs  # the distribution each token was drawn from (a point mass: rows of width one)
     forwards: int = 0  # draft forwards (model calls or table walks) spent on this proposal
     seconds: float = 0.0  # wall time spent drafting, filled in by the engine
+    parents: np.ndarray | None = None  # [k] int64 for a token tree; None for a chain
 
     def __len__(self) -> int:
         return int(self.tokens.numel())
+
+    @property
+    def is_tree(self) -> bool:
+        """A tree that is not a chain (a chain is parents = [-1, 0, 1, ...])."""
+        return self.parents is not None and not bool((self.parents == np.arange(-1, len(self) - 1)).all())
+
+    @staticmethod
+    def tree(tokens: torch.Tensor | list[int], parents, probs: Probs, forwards: int = 0) -> Draft:
+        tokens = torch.as_tensor(tokens, dtype=torch.long)
+        parents = np.asarray(parents, dtype=np.int64).reshape(-1)
+        if len(parents) != len(tokens) or len(probs) != len(tokens):
+            raise ValueError(f"a tree of {len(tokens)} tokens needs as many parents and probability rows "
+                             f"(got {len(parents)} and {len(probs)})")
+        if len(parents) and not bool(((parents >= -1) & (parents < np.arange(len(parents)))).all()):
+            raise ValueError(f"tree parents {parents.tolist()} must point back: node i's parent is -1 or < i")
+        return Draft(tokens=tokens, probs=probs, forwards=forwards, parents=parents)
+
+    def depth(self) -> int:
+        """Tokens on the tree's longest path (the length, for a chain)."""
+        if self.parents is None:
+            return len(self)
+        depth = np.zeros(len(self), dtype=np.int64)
+        for i, p in enumerate(self.parents.tolist()):
+            depth[i] = depth[p] + 1 if p >= 0 else 1
+        return int(depth.max(initial=0))
+
+    def first_chain(self) -> Draft:
+        """The chain of first children from the root: what a verifier without trees checks."""
+        if self.parents is None:
+            return self
+        chain, node = [], -1
+        for i, p in enumerate(self.parents.tolist()):
+            if p == node:
+                chain.append(i)
+                node = i
+        return Draft(tokens=self.tokens[chain], probs=self.probs.rows(chain), forwards=self.forwards,
+                     parents=np.arange(-1, len(chain) - 1, dtype=np.int64))
 
     @staticmethod
     def empty() -> Draft:
@@ -67,6 +113,11 @@ class Drafter(ABC):
 
     @abstractmethod
     def commit(self, n_accepted: int, next_token: int) -> None: ...
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        """After a token tree: the verifier kept the drafted tokens ``accepted`` (one path of the
+        tree) and appended ``next_token``. Drafters that propose trees override this."""
+        raise NotImplementedError(f"drafter {self.name!r} proposed a token tree but cannot commit one")
 
     def forward_seconds(self) -> list[float]:
         """Time of each draft forward of the last generation (for c = t_draft / t_target)."""

@@ -1,0 +1,219 @@
+"""Token trees: one forward verifies several guesses per position, still lossless.
+
+The tree forward's logits equal those of separate forwards over each path (exact mode), the
+cache keeps only the accepted path, tree acceptance follows the target's joint distribution
+exactly (point-mass and sampled children, under the paper's warping with its repetition
+penalty), and greedy tree decoding equals plain greedy decoding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from stats import chi_square_pvalue, exact_pair_distribution
+from tiny import tiny_gemma3
+
+from babelspec.drafters.base import Draft, Drafter
+from babelspec.engine import accept_tree, generate
+from babelspec.lm import CausalLM
+from babelspec.sampling import Probs, SamplingConfig
+from babelspec.target import Target
+
+VOCAB = 8
+PROMPT = [1, 5, 2, 7, 3]
+
+
+def _eager(model):
+    model.set_attn_implementation("eager")
+    return model
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    return _eager(tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4))
+
+
+# pending token (parent -1), then: 0 -> {1, 2}, 1 -> {3}, 2 -> {4, 5}, 5 -> {6}
+BLOCK = [3, 6, 2, 4, 1, 0, 5]
+PARENTS = [-1, 0, 0, 1, 2, 2, 5]
+
+
+def _path(i):
+    out = []
+    while i >= 0:
+        out.append(i)
+        i = PARENTS[i]
+    return out[::-1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tree_logits_equal_separate_forwards_over_each_path(gemma, dtype):
+    model = tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4)
+    model = _eager(model).to(dtype)
+    lm = CausalLM(model)
+    assert lm.supports_trees
+    lm.forward(PROMPT[:-1])
+    tree = lm.forward(BLOCK, parents=torch.tensor(PARENTS))
+    for i in range(len(BLOCK)):
+        path = _path(i)
+        alone = CausalLM(model)
+        alone.forward(PROMPT[:-1])
+        rows = alone.forward([BLOCK[j] for j in path])
+        if dtype == torch.float32:  # exact mode: the same numbers
+            torch.testing.assert_close(tree[i], rows[-1], rtol=1e-5, atol=1e-5)
+        else:
+            assert int(tree[i].argmax()) == int(rows[-1].argmax())
+
+
+def test_the_cache_keeps_only_the_accepted_path(gemma):
+    lm = CausalLM(gemma)
+    lm.forward(PROMPT[:-1])
+    past = lm.cached_len
+    lm.forward(BLOCK, parents=torch.tensor(PARENTS))
+    lm.keep_path(past, [0, 2, 5])  # pending, node 2, node 5
+    after = lm.forward([BLOCK[6]])
+    ref = CausalLM(gemma)
+    ref.forward(PROMPT[:-1] + [BLOCK[0], BLOCK[2], BLOCK[5]])
+    torch.testing.assert_close(after, ref.forward([BLOCK[6]]), rtol=1e-5, atol=1e-5)
+    assert lm.tokens == PROMPT[:-1] + [BLOCK[0], BLOCK[2], BLOCK[5], BLOCK[6]]
+
+
+def test_parents_must_point_back(gemma):
+    lm = CausalLM(gemma)
+    lm.forward(PROMPT[:-1])
+    with pytest.raises(ValueError, match="topological order"):
+        lm.forward([1, 2, 3], parents=torch.tensor([-1, 2, 0]))
+
+
+class TreeDrafter(Drafter):
+    """A fixed tree of depth 2: ``first`` candidates at the first position, each with
+    ``second`` candidates, as point masses or drawn i.i.d. from a fixed distribution."""
+
+    name = "fixed-tree"
+
+    def __init__(self, form: str, width: int = 3, p: torch.Tensor | None = None) -> None:
+        self.form, self.width, self.vocab_size = form, width, VOCAB
+        self.p = p if p is not None else torch.tensor([0.30, 0.02, 0.25, 0.03, 0.15, 0.05, 0.0, 0.20])
+
+    def start(self, context_ids, sampling, generator) -> None:
+        self.generator = generator
+
+    def _children(self) -> list[int]:
+        if self.form == "point":  # the most likely tokens of p, distinct
+            return self.p.argsort(descending=True)[: self.width].tolist()
+        return torch.multinomial(self.p, self.width, replacement=True, generator=self.generator).tolist()
+
+    def propose(self, gamma: int) -> Draft:
+        first = self._children()
+        tokens, parents = list(first), [-1] * len(first)
+        if gamma >= 2:
+            for i in range(len(first)):
+                second = self._children()[:2]
+                tokens += second
+                parents += [i] * len(second)
+        if self.form == "point":
+            probs = Probs.point(tokens)
+        else:
+            probs = Probs(self.p.repeat(len(tokens), 1))
+        self.last = (tokens, parents)
+        return Draft.tree(tokens, parents, probs, forwards=len(tokens))
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        assert n_accepted == 0  # only after an empty proposal: a tree is committed by its path
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        pass
+
+
+def exact_triple_distribution(model, prompt: list[int], config: SamplingConfig) -> torch.Tensor:
+    """P(t1, t2, t3 | prompt) under the warped target distributions, by enumeration (flattened)."""
+    from babelspec.sampling import logits_to_probs
+
+    def q(seq):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1:]
+        return logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
+
+    joint = torch.zeros(VOCAB, VOCAB, VOCAB)
+    q1 = q(prompt)
+    for t1 in range(VOCAB):
+        if q1[t1] == 0:
+            continue
+        q2 = q(prompt + [t1])
+        for t2 in range(VOCAB):
+            if q2[t2] > 0:
+                joint[t1, t2] = q1[t1] * q2[t2] * q(prompt + [t1, t2])
+    return joint.flatten()
+
+
+@pytest.mark.parametrize("form", ["point", "sampled"])
+def test_depth_two_trees_follow_the_target_distribution(gemma, form):
+    """Three tokens from one step of a depth-2 tree (3 first guesses, 2 after each) plus the
+    bonus: the joint law of the triple is the target's, each row penalised along its own path."""
+    config = SamplingConfig(top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=2)
+    exact = exact_triple_distribution(gemma, PROMPT, config)
+    target = Target(gemma)
+    drafter = TreeDrafter(form)
+    counts = torch.zeros(VOCAB**3)
+    depths = []
+    for seed in range(2000):
+        result = generate(target, drafter, PROMPT, gamma=2, max_new_tokens=3,
+                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))
+        t1, t2, t3 = result.token_ids
+        counts[(t1 * VOCAB + t2) * VOCAB + t3] += 1
+        depths.append(result.accepted_per_step[0])
+    assert {0, 1, 2} <= set(depths)  # every depth of the tree was reached
+    assert chi_square_pvalue(counts, exact) > 1e-3
+
+
+@pytest.mark.parametrize("form", ["point", "sampled"])
+def test_tree_samples_follow_the_target_distribution(gemma, form):
+    # the paper's warping in miniature: top-k, top-p and the repetition penalty over each node's own path
+    config = SamplingConfig(top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=2)
+    exact = exact_pair_distribution(gemma, PROMPT, config)
+    target = Target(gemma)
+    drafter = TreeDrafter(form)
+    counts = torch.zeros(VOCAB * VOCAB)
+    accepted = proposed = 0
+    for seed in range(1500):
+        result = generate(target, drafter, PROMPT, gamma=2, max_new_tokens=2,
+                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))
+        t1, t2 = result.token_ids
+        counts[t1 * VOCAB + t2] += 1
+        accepted += result.accepted
+        proposed += result.proposed
+    assert 0 < accepted < proposed
+    assert chi_square_pvalue(counts, exact) > 1e-3
+
+
+def test_the_tree_rule_tries_point_mass_children_in_order():
+    """Point-mass candidates a, b at one position: P(a) = q(a), P(b) = q(b), every other token
+    its own q: the multi-candidate rule with the residual renormalised after each rejection."""
+    q = np.array([0.1, 0.4, 0.2, 0.3], dtype=np.float32)
+    rows = Probs(np.tile(q, (3, 1)))
+    draft = Draft.tree([1, 3], [-1, -1], Probs.point([1, 3]))
+    rng = np.random.default_rng(0)
+    counts = np.zeros(4)
+    for _ in range(20000):
+        path, nxt = accept_tree(rows, draft, rng)
+        counts[draft.tokens[path[0]].item() if path else nxt] += 1
+    assert chi_square_pvalue(counts, q) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_tree_decoding_equals_plain_greedy(gemma, dtype):
+    model = _eager(tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4)).to(dtype)
+    target = Target(model)
+    greedy = SamplingConfig(greedy=True)
+    plain = generate(target, _none(), PROMPT, max_new_tokens=12, sampling=greedy)
+    likely = torch.tensor([0.2, 0.0, 0.1, 0.4, 0.3, 0.0, 0.0, 0.0])  # the target's likely tokens on top
+    tree = generate(target, TreeDrafter("point", p=likely), PROMPT, gamma=2, max_new_tokens=12, sampling=greedy)
+    assert tree.token_ids == plain.token_ids
+    assert tree.accepted > 0
+
+
+def _none():
+    from babelspec.drafters import make_drafter
+
+    return make_drafter("none", None)
