@@ -217,3 +217,37 @@ def _none():
     from babelspec.drafters import make_drafter
 
     return make_drafter("none", None)
+
+
+@pytest.fixture(scope="module")
+def real_bigram(tmp_path_factory):
+    from babelspec.data.corpus import monolingual
+    from babelspec.models import DEFAULT_TARGET, load_tokenizer
+    from babelspec.ngram import CountConfig, train
+
+    path = tmp_path_factory.mktemp("tree") / "yor.ngram"
+    train(monolingual("yor", "train"), load_tokenizer(DEFAULT_TARGET), CountConfig(order=2)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram, dtype):
+    """The real target and a real bigram: a tree of 12 nodes per step decodes greedily to the
+    same tokens as plain decoding, and keeps more drafted tokens per step than the chain."""
+    from babelspec.drafters import make_drafter
+    from babelspec.machine import cpu_flags
+    from babelspec.models import DEFAULT_TARGET
+    from babelspec.target import load_target
+
+    if dtype == "bfloat16" and ("avx512_bf16" not in cpu_flags() or "amx_bf16" in cpu_flags()):
+        pytest.skip("bf16 verification rows equal decode rows where measured: AVX-512 BF16 without AMX (Zen 4)")
+    target = load_target(DEFAULT_TARGET, dtype=dtype)
+    greedy = SamplingConfig(greedy=True)
+    prompt = target.tokenizer("Ẹnì kọ̀ọ̀kan ló ní ẹ̀tọ́ láti").input_ids
+    plain = generate(target, make_drafter("none", target), prompt, max_new_tokens=24, sampling=greedy)
+    chain = generate(target, make_drafter(f"ngram:{real_bigram}", target), prompt, gamma=4,
+                     max_new_tokens=24, sampling=greedy)
+    tree = generate(target, make_drafter(f"ngram:{real_bigram},tree=12", target), prompt, gamma=4,
+                    max_new_tokens=24, sampling=greedy)
+    assert tree.token_ids == chain.token_ids == plain.token_ids
+    assert tree.accepted / tree.steps >= chain.accepted / chain.steps

@@ -199,3 +199,52 @@ def test_ngram_drafts_keep_the_engine_lossless(case, bigram_file, tokenizer, one
     exact = exact_pair_distribution(model, prompt, sampling).numpy()
     assert chi_square_pvalue(counts, exact) > 1e-3
     assert 0.5 * np.abs(counts / samples - exact).sum() < 0.1
+
+
+# --- token trees ----------------------------------------------------------------------------
+def test_a_tree_expands_the_most_probable_paths_first(bigram):
+    d = drafter(bigram, "a", tree=6, branch=2)
+    draft = d.propose(3)
+    parents = draft.parents.tolist()
+    assert draft.is_tree and 3 <= len(draft) <= 6 and draft.depth() <= 3  # contexts with one continuation end early
+    assert all(-1 <= p < i for i, p in enumerate(parents))
+    chain = drafter(bigram, "a", mode="top1").propose(3)
+    assert draft.first_chain().tokens.tolist() == chain.tokens.tolist()  # the first guesses: the top-1 walk
+    for node in set(parents):  # siblings are distinct candidates
+        kids = [draft.tokens[i].item() for i, p in enumerate(parents) if p == node]
+        assert len(kids) == len(set(kids)) <= 2
+    assert draft.probs.width == 1  # point masses: the multi-candidate rule keeps them lossless
+    d.commit_path([draft.tokens[0].item()], 3)
+    assert d._history[-2:] == [draft.tokens[0].item(), 3]
+
+
+def test_tree_options_are_checked(bigram_file, tokenizer):
+    target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
+    with pytest.raises(ValueError, match="tree must be >= 0"):
+        make_drafter(f"ngram:{bigram_file},tree=-1", target)
+    with pytest.raises(ValueError, match="branch"):
+        make_drafter(f"ngram:{bigram_file},tree=8,branch=0", target)
+
+
+@pytest.mark.parametrize("sampling", [WARPED, SamplingConfig()], ids=["warped", "plain"])
+def test_ngram_trees_keep_the_engine_lossless(sampling, bigram_file, tokenizer, one_thread):
+    from tiny import tiny_gemma3
+
+    model = tiny_gemma3(vocab=V, seed=3, sliding_window=4)
+    model.set_attn_implementation("eager")  # the lean forward, which verifies trees
+    target = Target(model, tokenizer)
+    assert target.supports_trees
+    d = make_drafter(f"ngram:{bigram_file},tree=6,branch=3,lookup=0", target)
+    prompt = ids("a b")
+    samples = 700
+    counts = np.zeros(V * V)
+    proposed = accepted = 0
+    for seed in range(samples):
+        config = SamplingConfig(**{**sampling.to_dict(), "seed": seed})
+        out = generate(target, d, prompt, gamma=2, max_new_tokens=3, sampling=config)
+        counts[out.token_ids[0] * V + out.token_ids[1]] += 1
+        proposed += out.proposed
+        accepted += out.accepted
+    assert 0 < accepted < proposed
+    exact = exact_pair_distribution(model, prompt, sampling).numpy()
+    assert chi_square_pvalue(counts, exact) > 1e-3

@@ -12,6 +12,7 @@ number and a bisection. Torch tensors are made once per proposal, from NumPy buf
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 import time
@@ -54,6 +55,11 @@ class NgramDraftConfig:
     # default: +0.02-0.05 expected α on amh, npi, yor, both tasks (benchmarks/ngram_acceptance.py)
     lookup: int = 3
     lookup_min: int = 2  # shortest lookup match that overrides the trained model
+    # token tree: draft up to `tree` nodes, expanding the node whose path is most probable under
+    # the n-gram (EAGLE-2's rule), each node's `branch` most likely continuations as candidates,
+    # to depth gamma; the verifier tries a node's candidates in order. 0 = a chain.
+    tree: int = 0
+    branch: int = 4
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -68,6 +74,9 @@ class NgramDraftConfig:
             raise ValueError(f"width must be >= 1 (got {self.width})")
         if self.min_backoff < 0 or self.lookup < 0 or self.lookup_min < 1:
             raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
+        if self.tree < 0 or self.branch < 1:
+            raise ValueError(f"tree must be >= 0 (0 drafts a chain) and branch >= 1 (got tree={self.tree}, "
+                             f"branch={self.branch})")
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> NgramDraftConfig:
@@ -175,6 +184,8 @@ class NgramDrafter(Drafter):
         self._seconds = []
 
     def propose(self, gamma: int) -> Draft:
+        if self.config.tree:
+            return self._propose_tree(gamma, self.config.tree)
         t0 = time.perf_counter()
         if gamma > self._capacity:
             self._allocate(gamma)
@@ -196,6 +207,47 @@ class NgramDrafter(Drafter):
         draft = self._draft(drafted, rows)
         self._seconds.append((time.perf_counter() - t0) / len(drafted))
         return draft
+
+    def _propose_tree(self, gamma: int, budget: int) -> Draft:
+        """A token tree of up to ``budget`` nodes and depth ``gamma``: best first by the path's
+        n-gram probability, each node's ``branch`` most likely continuations as point-mass
+        candidates (so the verifier's multi-candidate rule keeps it lossless)."""
+        t0 = time.perf_counter()
+        branch = self.config.branch
+        tokens: list[int] = []
+        parents: list[int] = []
+        heap: list[tuple[float, int, int, int, _Walk, int]] = []
+        order = itertools.count()
+
+        def expand(node: int, walk: _Walk, score: float, depth: int) -> None:
+            if depth >= gamma:
+                return
+            row = self._next_row(walk)
+            if row is None or row is UNIFORM:
+                return
+            previous = 0
+            for token, cumulative in zip(row.tokens[:branch], row.cumulative):
+                p = (cumulative - previous) / row.total
+                previous = cumulative
+                heapq.heappush(heap, (-score * p, next(order), node, token, walk, depth + 1))
+
+        expand(-1, self._walk(), 1.0, 0)
+        while heap and len(tokens) < budget:
+            neg, _, parent, token, walk, depth = heapq.heappop(heap)
+            child = _Walk(None if walk.history is None else list(walk.history), list(walk.context), walk.last)
+            self._advance(child, token)
+            tokens.append(token)
+            parents.append(parent)
+            expand(len(tokens) - 1, child, -neg, depth)
+        self._last = tokens
+        if not tokens:
+            return Draft.empty()
+        self._seconds.append((time.perf_counter() - t0) / len(tokens))
+        return Draft.tree(tokens, parents, Probs.point(tokens), forwards=len(tokens))
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        self._last = list(accepted)
+        self.commit(len(accepted), next_token)
 
     def _walk(self) -> _Walk:
         n_ctx = self._ctx_len
