@@ -148,6 +148,7 @@ class CausalLM:
         if not self.croppable:
             self._checkpoint = RecurrentSnapshot.take(self.cache, self.cached_len)
 
+    @torch.inference_mode()
     def keep_path(self, past: int, indices: list[int]) -> None:
         """After a token tree's forward: keep the first ``past`` tokens and the block's nodes at
         ``indices`` (ascending, the accepted path), a gather of the cached keys and values."""

@@ -185,6 +185,48 @@ def bench_ngram(
     typer.echo(json.dumps(result))
 
 
+@bench_app.command("tree")
+def bench_tree(
+    target: str = typer.Option(DEFAULT_TARGET, help="Target model (its forward must verify trees: Gemma-3)."),
+    langs: str = typer.Option("", help="Comma-separated language codes (default: amh,npi,yor,grn,oci,ibo)."),
+    prompts_per_lang: int = typer.Option(4, help="FLORES-200 test sentences per language."),
+    max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
+    gamma: int = typer.Option(4, help="The chain's length and the tree's depth."),
+    budgets: str = typer.Option("8,15", help="Comma-separated tree node budgets."),
+    modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
+                                  "else ../shared/corpora]"),
+    dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """Token trees against chains of the corpus bigram on held-out FLORES-200 sentences."""
+    from babelspec.bench.tree import TREE_LANGS, TreeBenchConfig, tree_bench
+
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if not mode_list or any(m not in ("greedy", "sample") for m in mode_list):
+        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {modes!r}")
+    try:
+        budget_list = tuple(_positive("--budgets", int(b)) for b in budgets.split(",") if b.strip())
+    except ValueError:
+        raise typer.BadParameter(f"--budgets takes comma-separated integers, got {budgets!r}") from None
+    cfg = TreeBenchConfig(target=target, langs=_langs(langs, TREE_LANGS),
+                          prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+                          max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                          gamma=_positive("--gamma", gamma), budgets=budget_list, modes=mode_list,
+                          data_root=data_root, dtype=dtype)  # fmt: skip
+    try:
+        result = tree_bench(cfg)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    if output:
+        from babelspec.fileio import write_text_atomic
+
+        write_text_atomic(output, text + "\n")
+    typer.echo(text)
+
+
 @bench_app.command("serve")
 def bench_serve_command(
     target: str = typer.Option("gemma-3-270m", help="Target model."),

@@ -1,0 +1,160 @@
+"""Token trees against chains on held-out real sentences: ``babelspec bench tree``.
+
+Per language, FLORES-200 test sentences (SIB-200's test split, dev-split shots) are translated
+from English by the target: plain decoding, the corpus bigram as a chain of γ tokens, the same
+bigram as a chain of the tree's node budget, and as token trees of each budget (depth γ). The
+bigram is counted on the language's real monolingual sets (``babelspec.data.real``), never the
+test split. Runs are interleaved per prompt, the order rotated, so a busy machine slows every
+setting alike; speedups are medians of per-prompt ratios of decode seconds per token against
+plain decoding in the same round. Greedy and the paper's sampling.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from babelspec.models.presets import DEFAULT_TARGET
+from babelspec.numeric import json_number, median
+
+TREE_LANGS = ("amh", "npi", "yor", "grn", "oci", "ibo")
+
+
+@dataclass
+class TreeBenchConfig:
+    target: str = DEFAULT_TARGET
+    langs: tuple[str, ...] = TREE_LANGS
+    prompts_per_lang: int = 4
+    max_new_tokens: int = 48
+    gamma: int = 4  # the chain's length and the tree's depth
+    budgets: tuple[int, ...] = (8, 15)  # tree node budgets (15 nodes + the pending token = 16 rows)
+    modes: tuple[str, ...] = ("greedy", "sample")
+    data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA, else ../shared/corpora)
+    dtype: str = "auto"
+
+
+def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:
+    from babelspec.data.real import real_data
+    from babelspec.data.sources import monolingual_texts, parallel_records, parse_source, without
+    from babelspec.ngram import CountConfig, train
+
+    real = real_data(lang, root)
+    if real is None:
+        raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+    texts = [t for s in real.monolingual for t in monolingual_texts(parse_source(s).resolve(root), lang)]
+    test = [r["text"] for r in parallel_records(parse_source(real.test).resolve(root), lang)]
+    texts, _ = without(list(dict.fromkeys(texts)), test)
+    path = folder / f"{lang}.ngram"
+    train(texts, tokenizer, CountConfig(order=2), corpus_name=f"{lang}:real").save(path)
+    return path
+
+
+def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
+    import tempfile
+
+    from babelspec.data.real import corpora_root, real_data
+    from babelspec.distill.data import task_prompts
+    from babelspec.drafters import make_drafter
+    from babelspec.engine import generate
+    from babelspec.machine import execution_info
+    from babelspec.sampling import SamplingConfig
+    from babelspec.target import load_target
+
+    root = corpora_root(cfg.data_root or None)
+    if root is None:
+        raise ValueError("bench tree runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
+                         "or set BABELSPEC_CORPORA")
+    target = load_target(cfg.target, dtype=cfg.dtype)
+    if not target.supports_trees:
+        raise ValueError(f"{cfg.target} has no tree verification (the lean forward: Gemma-3 under eager attention)")
+    settings = {"plain": "none", f"chain γ={cfg.gamma}": "{ngram}"}
+    for budget in cfg.budgets:
+        settings[f"chain γ={budget}"] = "{ngram}"
+        settings[f"tree {budget}"] = f"{{ngram}},tree={budget}"
+    gammas = {name: int(name.split("=")[1]) if name.startswith("chain γ=") else cfg.gamma for name in settings}
+    records: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for lang in cfg.langs:
+            real = real_data(lang, root)
+            if real is None:
+                raise ValueError(f"{root} holds no real sets for {lang}")
+            path = _bigram_file(lang, target.tokenizer, root, Path(tmp))
+            drafters = {name: make_drafter(spec.format(ngram=f"ngram:{path}"), target) for name, spec in settings.items()}
+            prompts = task_prompts("translation", lang, target.tokenizer, "test", cfg.prompts_per_lang,
+                                   sources=(real.test, real.shots), root=str(root))
+            for i, prompt in enumerate(prompts):
+                for mode in cfg.modes:
+                    sampling = SamplingConfig.paper(seed=i, greedy=mode == "greedy")
+                    names = list(settings)
+                    shift = i % len(names)
+                    for name in names[shift:] + names[:shift]:  # the order rotated per prompt
+                        out = generate(target, drafters[name], list(prompt.prompt_ids), gamma=gammas[name],
+                                       max_new_tokens=cfg.max_new_tokens, sampling=sampling,
+                                       stop_strings=prompt.stop_strings)  # fmt: skip
+                        decode = out.wall_seconds - out.prefill_seconds
+                        records.append({"lang": lang, "prompt": i, "mode": mode, "setting": name,
+                                        "tokens": out.n_tokens, "decode_seconds": decode, "steps": out.steps,
+                                        "accepted": out.accepted, "proposed": out.proposed})  # fmt: skip
+                if progress:
+                    print(f"{lang} prompt {i + 1}/{len(prompts)} done", flush=True)
+    return summarise(records, cfg, list(settings), time.perf_counter() - started,
+                     execution_info(target))  # fmt: skip
+
+
+def summarise(records: list[dict], cfg: TreeBenchConfig, settings: list[str], seconds: float,
+              execution: dict) -> dict[str, Any]:  # fmt: skip
+    """Per mode and setting: tokens per verification, its ratio to the chain at the same node
+    budget, and the speedup over plain decoding, overall and per language (medians over prompts)."""
+    out: dict[str, Any] = {"benchmark": "tree", "config": asdict(cfg), "wall_seconds": round(seconds, 1),
+                           "threads": torch.get_num_threads(), "execution": execution, "modes": {}}
+    for mode in cfg.modes:
+        rows = [r for r in records if r["mode"] == mode]
+        plain = {(r["lang"], r["prompt"]): r for r in rows if r["setting"] == "plain"}
+
+        def per_token(r: dict) -> float:
+            return r["decode_seconds"] / max(r["tokens"], 1)
+
+        table: dict[str, Any] = {}
+        for name in settings:
+            mine = [r for r in rows if r["setting"] == name]
+            speedups = [per_token(plain[(r["lang"], r["prompt"])]) / per_token(r) for r in mine if r["tokens"]]
+            entry: dict[str, Any] = {"speedup": median(speedups), "tokens_per_s": median(
+                [r["tokens"] / r["decode_seconds"] for r in mine if r["decode_seconds"] > 0])}
+            if name != "plain":
+                # tokens one verification yields: the accepted drafted tokens and the target's own
+                entry["tokens_per_verification"] = sum(r["accepted"] + r["steps"] for r in mine) / max(
+                    sum(r["steps"] for r in mine), 1)
+                entry["per_lang"] = {}
+                for lang in cfg.langs:
+                    lr = [r for r in mine if r["lang"] == lang]
+                    entry["per_lang"][lang] = {
+                        "tokens_per_verification": sum(r["accepted"] + r["steps"] for r in lr) / max(
+                            sum(r["steps"] for r in lr), 1),
+                        "speedup": median([per_token(plain[(r["lang"], r["prompt"])]) / per_token(r)
+                                           for r in lr if r["tokens"]])}  # fmt: skip
+            table[name] = entry
+        for budget in cfg.budgets:
+            tree, chain = table[f"tree {budget}"], table[f"chain γ={budget}"]
+            tree["vs_chain_same_budget"] = tree["tokens_per_verification"] / chain["tokens_per_verification"]
+            tree["vs_chain_gamma"] = tree["tokens_per_verification"] / table[f"chain γ={cfg.gamma}"]["tokens_per_verification"]
+            for lang, row in tree["per_lang"].items():
+                row["vs_chain_same_budget"] = row["tokens_per_verification"] / \
+                    chain["per_lang"][lang]["tokens_per_verification"]
+        out["modes"][mode] = table
+    return _clean(out)
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-ready: NaN and infinities as null, floats rounded to 4 digits."""
+    if isinstance(obj, float):
+        return json_number(obj, 4)
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    return obj
