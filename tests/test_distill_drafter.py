@@ -99,3 +99,19 @@ def test_a_drafter_for_another_target_or_no_drafter_is_refused(setup, tmp_path):
         make_drafter(f"distilled:{tmp_path / 'nothing'}", Target(teacher))
     with pytest.raises(ValueError, match="needs the directory"):
         make_drafter("distilled:", Target(teacher))
+
+
+def test_a_drafter_distilled_in_float32_runs_on_the_bf16_target():
+    """The embedding fingerprint hashes bf16 values: the float32 teacher a distillation trains
+    with and the bf16 target the study runs are one model; another model is still refused."""
+    import torch
+    from tiny import tiny_gemma3
+
+    from babelspec.drafters.students import embedding_fingerprint
+
+    model = tiny_gemma3(seed=1)
+    fp32 = embedding_fingerprint(model)
+    assert embedding_fingerprint(model.to(torch.bfloat16)) == fp32
+    assert embedding_fingerprint(tiny_gemma3(seed=2)) != fp32
+    assert embedding_fingerprint(tiny_gemma3(seed=1), legacy=True) != embedding_fingerprint(
+        tiny_gemma3(seed=1).to(torch.bfloat16), legacy=True)  # what older versions recorded

@@ -59,8 +59,14 @@ def test_distilled_setting_is_prepared_and_a_broken_one_skipped(tmp_path, monkey
     store.close()
     matrix = a["cross_task"]["distill-task"]
     assert matrix["translation"]["in_task"] == 1.0 and matrix["story"]["in_task"] == 0.0
-    md = build_report(out)["markdown"].read_text()
+    [learned] = a["distilled"]  # what the drafter's distilled.json says, for the report
+    assert learned["drafter"] == "distill-task" and learned["mode"] == "task" and learned["steps"] == 2
+    assert learned["curve"] and learned["curve"][0]["step"] == 0 and "alpha_translation" in learned["curve"][0]
+    paths = build_report(out)
+    md = paths["markdown"].read_text()
     assert "missing-model" in md and "cannot build" in md
+    assert "How the distilled drafters learned" in md and "| distill-task | yor | task |" in md
+    assert (paths["figures"] / "fig10-learning-curves.png").is_file()
 
     # rerunning a finished run trains nothing again and generates nothing
     again = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)

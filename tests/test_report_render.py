@@ -32,9 +32,12 @@ def test_report_has_the_headline_worst_language_and_figures(run_dir):
     assert "| amh | story | fast | 3 | 0.70 | 2.00x [2.00, 2.00] | 2 |" in md
     assert "Cross-task matrix" in md and "(in-task)" in md and "(held-out)" in md
     assert "babelspec.distill is not available" in md  # skipped settings and why
-    assert "Not measured" in md and "paper's means" in md
+    assert "Not measured" in md
+    # the paper's table: this run's settings (held out, with intervals) beside the paper's roles
+    assert "## The paper's table, side by side" in md and "| translation | fast |" in md
+    assert "**not measured** — Task-specific distillation raises translation acceptance" in md
     pngs = sorted(p.name for p in paths["figures"].glob("*.png"))
-    for stem in ("fig2-forward-times", "fig3-alpha-story", "fig4-speedup-translation",
+    for stem in ("fig1-paper-table", "fig2-forward-times", "fig3-alpha-story", "fig4-speedup-translation",
                  "fig5-task-tradeoff", "fig6-measured-vs-theoretical", "fig7-latency-per-char"):
         assert f"{stem}.png" in pngs
         assert f"figures/{stem}.png" in md

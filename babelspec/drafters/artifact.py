@@ -84,7 +84,7 @@ def load_distilled(directory: str | os.PathLike, target_model: torch.nn.Module) 
     spec = StudentSpec(**meta["student"])
     if spec.kind == "self":
         fingerprint = embedding_fingerprint(target_model)
-        if fingerprint != meta["target_fingerprint"]:
+        if meta["target_fingerprint"] not in (fingerprint, embedding_fingerprint(target_model, legacy=True)):
             raise DistilledDrafterError(
                 f"{directory} was distilled on another target (embedding fingerprint "
                 f"{meta['target_fingerprint']}, this target has {fingerprint}); use the target "

@@ -192,10 +192,15 @@ class Student(nn.Module):
         return state
 
 
-def embedding_fingerprint(model: nn.Module) -> str:
-    """A short hash of the target's input embedding, to refuse a drafter built on another one."""
+def embedding_fingerprint(model: nn.Module, legacy: bool = False) -> str:
+    """A short hash of the target's input embedding, to refuse a drafter built on another one.
+
+    The rows are hashed as bf16 values, so the float32 and bf16 loads of one model agree (a
+    drafter distilled with a float32 teacher runs on the bf16 target). ``legacy``: the hash of
+    earlier versions, of the rows in the model's own dtype (what older drafters recorded)."""
     weight = model.get_input_embeddings().weight.detach()
-    rows = weight[:: max(1, weight.shape[0] // 64)][:64].float().cpu().numpy()
+    rows = weight[:: max(1, weight.shape[0] // 64)][:64]
+    rows = (rows if legacy else rows.to(torch.bfloat16)).float().cpu().numpy()
     digest = hashlib.sha256(np.ascontiguousarray(rows.round(4)).tobytes())
     digest.update(str(tuple(weight.shape)).encode())
     return digest.hexdigest()[:16]
