@@ -156,3 +156,35 @@ def test_the_paper_profile_distils_on_the_runs_real_sets(tmp_path):
     per_language = {PrepareRequest(names["distill-task"], lang, cfg.target, None, tmp_path, data=cfg.data).artifact_path("")
                     for lang in cfg.languages}
     assert len(per_language) == len(cfg.languages)
+
+
+def test_a_multilingual_drafter_is_distilled_once_for_every_language(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABELSPEC_CACHE", str(tmp_path / "cache"))
+    tiny_model_dir(tmp_path / "model")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(textwrap.dedent("""
+        name = "mix"
+        target = "model"
+        languages = ["yor", "amh"]
+        tasks = ["story"]
+        gammas = [2]
+        prompts_per_cell = 1
+        max_new_tokens = 3
+
+        [divergence]
+        enabled = false
+
+        [[drafters]]
+        name = "family"
+        kind = "distilled"
+        mode = "general"
+        student = "self:1,head=corpus"
+        train = { steps = 2, batch_size = 1, grad_accum = 1, checkpoint_every = 1 }
+        data = { mix = ["yor", "amh"], max_examples = 2, max_tokens = 8, shard_size = 2 }
+        eval = { prompts = 1, max_new_tokens = 3 }
+    """))
+    lines: list[str] = []
+    summary = run_experiment(load_config(cfg_path), tmp_path / "run", progress=False, log=lines.append)
+    assert summary.specs[("family", "yor")] == summary.specs[("family", "amh")]
+    assert sum("distilling family" in line for line in lines) == 1
+    assert "-mix-" in summary.specs[("family", "yor")]

@@ -210,8 +210,7 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
         for setting in cfg.settings_for(lang):
             if not setting.prepared or f"{setting.name}|{lang}" in done_specs:
                 continue
-            mixed = setting.kind == "distilled" and (setting.options.get("data") or {}).get("mix")
-            prepared[(setting.name, "mix" if mixed else lang)] = estimate_prepare_seconds(setting)
+            prepared[(setting.name, "mix" if _multilingual(setting) else lang)] = estimate_prepare_seconds(setting)
     return RunPlan(units=len(units_of(todo)), generations=len(todo), done_before=len(items) - len(todo),
                    workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens,
                    prepare_jobs=len(prepared), prepare_seconds=sum(prepared.values()))  # fmt: skip
@@ -239,9 +238,15 @@ def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Pat
     prepared by ``executor`` (here by default, or on the cluster's workers)."""
     specs: dict[tuple[str, str], str] = {}
     jobs = []
+    sharing: dict[str, list[str]] = {}  # a multilingual drafter: one job, every language's spec
     for lang in cfg.languages:
         for setting in cfg.settings_for(lang):
             if setting.prepared:
+                if _multilingual(setting):
+                    if setting.name in sharing:
+                        sharing[setting.name].append(lang)
+                        continue
+                    sharing[setting.name] = []
                 jobs.append(PrepareJob(setting, lang, artifacts / setting.kind))
             else:
                 specs[(setting.name, lang)] = setting.spec.format(lang=lang, task="{task}")
@@ -249,19 +254,26 @@ def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Pat
     stage_seconds = dict(store.meta().get("stage_seconds", {}))
     executor = executor or _started(LocalExecutor(), cfg, log)
     for job, spec, reason, seconds in executor.prepare(jobs, target):
-        name, lang = job.setting.name, job.language
-        if spec:
-            specs[(name, lang)] = spec
-            store.clear_skip(name, lang)
-        else:
-            log(f"skipping {name} for {lang}: {reason}")
-            store.add_skip(name, lang, reason)
+        name = job.setting.name
+        for lang in [job.language, *sharing.get(name, [])]:
+            if spec:
+                specs[(name, lang)] = spec
+                store.clear_skip(name, lang)
+            else:
+                log(f"skipping {name} for {lang}: {reason}")
+                store.add_skip(name, lang, reason)
+        lang = job.language
         key = f"prepare {name} {lang}"
         stage_seconds[key] = stage_seconds.get(key, 0.0) + seconds
         store.set_meta("stage_seconds", stage_seconds)
     store.set_meta("specs", {f"{d}|{lang}": s for (d, lang), s in specs.items()})
     store.set_meta("trained_on", {s.name: s.trained_on for s in cfg.drafters})
     return specs
+
+
+def _multilingual(setting: Any) -> bool:
+    """A distilled setting trained once on a mix of languages (``data.mix``), for all of them."""
+    return setting.kind == "distilled" and bool((setting.options.get("data") or {}).get("mix"))
 
 
 def _started(executor: Executor, cfg: ExperimentConfig, log: Callable[[str], None]) -> Executor:
