@@ -245,7 +245,7 @@ def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram,
     greedy = SamplingConfig(greedy=True)
     prompt = target.tokenizer("Ẹnì kọ̀ọ̀kan ló ní ẹ̀tọ́ láti").input_ids
     plain = generate(target, make_drafter("none", target), prompt, max_new_tokens=24, sampling=greedy)
-    chain = generate(target, make_drafter(f"ngram:{real_bigram}", target), prompt, gamma=4,
+    chain = generate(target, make_drafter(f"ngram:{real_bigram},tree=0", target), prompt, gamma=4,
                      max_new_tokens=24, sampling=greedy)
     tree = generate(target, make_drafter(f"ngram:{real_bigram},tree=12", target), prompt, gamma=4,
                     max_new_tokens=24, sampling=greedy)

@@ -221,7 +221,7 @@ def test_a_tree_expands_the_most_probable_paths_first(bigram):
 def test_tree_options_are_checked(bigram_file, tokenizer):
     target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
     with pytest.raises(ValueError, match="tree must be >= 0"):
-        make_drafter(f"ngram:{bigram_file},tree=-1", target)
+        make_drafter(f"ngram:{bigram_file},tree=-2", target)
     with pytest.raises(ValueError, match="branch"):
         make_drafter(f"ngram:{bigram_file},tree=8,branch=0", target)
 

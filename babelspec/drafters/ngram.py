@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from babelspec.target import Target
 
 MODES = ("sample", "top1", "nucleus", "auto")
+# Tree budget (nodes) when a spec gives none, per decoding mode, where the target verifies trees:
+# 0 = a chain.
+DEFAULT_TREE = {"greedy": 0, "sample": 0}
 UNSEEN_POLICIES = ("stop", "backoff", "uniform")
 
 
@@ -57,8 +60,9 @@ class NgramDraftConfig:
     lookup_min: int = 2  # shortest lookup match that overrides the trained model
     # token tree: draft up to `tree` nodes, expanding the node whose path is most probable under
     # the n-gram (EAGLE-2's rule), each node's `branch` most likely continuations as candidates,
-    # to depth gamma; the verifier tries a node's candidates in order. 0 = a chain.
-    tree: int = 0
+    # to depth gamma; the verifier tries a node's candidates in order. 0 = a chain; -1 (the
+    # default) = DEFAULT_TREE for the decoding mode where the target verifies trees, else a chain.
+    tree: int = -1
     branch: int = 4
 
     def __post_init__(self) -> None:
@@ -74,9 +78,9 @@ class NgramDraftConfig:
             raise ValueError(f"width must be >= 1 (got {self.width})")
         if self.min_backoff < 0 or self.lookup < 0 or self.lookup_min < 1:
             raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
-        if self.tree < 0 or self.branch < 1:
-            raise ValueError(f"tree must be >= 0 (0 drafts a chain) and branch >= 1 (got tree={self.tree}, "
-                             f"branch={self.branch})")
+        if self.tree < -1 or self.branch < 1:
+            raise ValueError(f"tree must be >= 0 (0 drafts a chain; leave it out for the measured default) "
+                             f"and branch >= 1 (got tree={self.tree}, branch={self.branch})")
 
     @classmethod
     def from_options(cls, options: dict[str, str]) -> NgramDraftConfig:
@@ -159,6 +163,8 @@ class NgramDrafter(Drafter):
         self._lookup_rows: dict[tuple[int, ...], Row] = {}
         self._last: list[int] = []
         self._rng = random.Random(0)
+        self._tree = 0  # the node budget of this generation's proposals (0: chains)
+        self.trees_verified = False  # set by the factory: the target verifies token trees
         self._seconds: list[float] = []
         self._capacity = 0
         self._allocate(8)
@@ -172,6 +178,10 @@ class NgramDrafter(Drafter):
         if (mode, cut) != (self._mode, self._cut):
             self._rows = [dict() for _ in range(self.model.order)]  # rows depend on the cut
         self._mode, self._cut = mode, cut
+        tree = self.config.tree
+        if tree < 0:  # the measured default: trees where the verifier takes them and they pay
+            tree = DEFAULT_TREE["greedy" if sampling.greedy else "sample"] if self.trees_verified else 0
+        self._tree = tree
         # One draw from the engine's generator seeds ours: reproducible, and no torch per token.
         self._rng = random.Random(int(torch.randint(0, 2**62, (1,), generator=generator)))
         self._history = [int(t) for t in context_ids]
@@ -184,8 +194,8 @@ class NgramDrafter(Drafter):
         self._seconds = []
 
     def propose(self, gamma: int) -> Draft:
-        if self.config.tree:
-            return self._propose_tree(gamma, self.config.tree)
+        if self._tree:
+            return self._propose_tree(gamma, self._tree)
         t0 = time.perf_counter()
         if gamma > self._capacity:
             self._allocate(gamma)
@@ -454,5 +464,6 @@ def ngram_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
             f"{target.vocab_size}; the file was trained with another tokenizer"
         )
     drafter = NgramDrafter(model, config, vocab_size=target.vocab_size)
+    drafter.trees_verified = bool(getattr(target, "supports_trees", False))
     drafter.name = f"ngram:{Path(path).name}"
     return drafter
