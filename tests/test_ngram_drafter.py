@@ -248,3 +248,22 @@ def test_ngram_trees_keep_the_engine_lossless(sampling, bigram_file, tokenizer, 
     assert 0 < accepted < proposed
     exact = exact_pair_distribution(model, prompt, sampling).numpy()
     assert chi_square_pvalue(counts, exact) > 1e-3
+
+
+def test_the_default_is_a_tree_under_greedy_decoding_where_the_target_verifies_trees(bigram_file, tokenizer):
+    from tiny import tiny_gemma3
+
+    from babelspec.drafters.ngram import DEFAULT_TREE
+
+    gemma = tiny_gemma3(vocab=V, seed=3)
+    gemma.set_attn_implementation("eager")
+    qwen = tiny_qwen3(vocab=V, seed=4)
+    for model, trees in ((gemma, True), (qwen, False)):
+        d = make_drafter(f"ngram:{bigram_file},lookup=0", Target(model, tokenizer))
+        for sampling, budget in ((SamplingConfig(greedy=True), DEFAULT_TREE["greedy"]), (WARPED, DEFAULT_TREE["sample"])):
+            d.start(ids("a b"), sampling, torch.Generator().manual_seed(0))
+            draft = d.propose(3)
+            assert (draft.parents is not None) == (trees and budget > 0)
+        explicit = make_drafter(f"ngram:{bigram_file},lookup=0,tree=0", Target(model, tokenizer))
+        explicit.start(ids("a b"), SamplingConfig(greedy=True), torch.Generator().manual_seed(0))
+        assert explicit.propose(3).parents is None  # tree=0: a chain, whatever the target
