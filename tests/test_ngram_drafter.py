@@ -179,14 +179,8 @@ LOSSLESS_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(LOSSLESS_CASES))
-def test_ngram_drafts_keep_the_engine_lossless(case, bigram_file, tokenizer, one_thread):
-    prompt_text, options, sampling = LOSSLESS_CASES[case]
-    model = tiny_qwen3(vocab=V, seed=4)
-    target = Target(model, tokenizer)
-    d = make_drafter(f"ngram:{bigram_file},{options}", target)
-    prompt = ids(prompt_text)
-    samples = 700
+def first_pairs(target, d, prompt, sampling, samples):
+    """(counts of the first two tokens, drafted, accepted) over ``samples`` seeded generations."""
     counts = np.zeros(V * V)
     proposed = accepted = 0
     for seed in range(samples):
@@ -195,6 +189,18 @@ def test_ngram_drafts_keep_the_engine_lossless(case, bigram_file, tokenizer, one
         counts[out.token_ids[0] * V + out.token_ids[1]] += 1
         proposed += out.proposed
         accepted += out.accepted
+    return counts, proposed, accepted
+
+
+@pytest.mark.parametrize("case", sorted(LOSSLESS_CASES))
+def test_ngram_drafts_keep_the_engine_lossless(case, bigram_file, tokenizer, one_thread):
+    prompt_text, options, sampling = LOSSLESS_CASES[case]
+    model = tiny_qwen3(vocab=V, seed=4)
+    target = Target(model, tokenizer)
+    d = make_drafter(f"ngram:{bigram_file},{options}", target)
+    prompt = ids(prompt_text)
+    samples = 700
+    counts, proposed, accepted = first_pairs(target, d, prompt, sampling, samples)
     assert 0 < accepted < proposed  # drafts were both kept and rejected: the test has teeth
     exact = exact_pair_distribution(model, prompt, sampling).numpy()
     assert chi_square_pvalue(counts, exact) > 1e-3
@@ -237,14 +243,7 @@ def test_ngram_trees_keep_the_engine_lossless(sampling, bigram_file, tokenizer, 
     d = make_drafter(f"ngram:{bigram_file},tree=6,branch=3,lookup=0", target)
     prompt = ids("a b")
     samples = 700
-    counts = np.zeros(V * V)
-    proposed = accepted = 0
-    for seed in range(samples):
-        config = SamplingConfig(**{**sampling.to_dict(), "seed": seed})
-        out = generate(target, d, prompt, gamma=2, max_new_tokens=3, sampling=config)
-        counts[out.token_ids[0] * V + out.token_ids[1]] += 1
-        proposed += out.proposed
-        accepted += out.accepted
+    counts, proposed, accepted = first_pairs(target, d, prompt, sampling, samples)
     assert 0 < accepted < proposed
     exact = exact_pair_distribution(model, prompt, sampling).numpy()
     assert chi_square_pvalue(counts, exact) > 1e-3
