@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, check_vocabulary
-from babelspec.sampling import Probs, SamplingConfig, warp
+from babelspec.sampling import Probs, SamplingConfig, draw_index, warp
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
 
@@ -174,15 +174,9 @@ def accept_tree(q: Probs, draft: Draft, rng: np.random.Generator) -> tuple[list[
             if rest.sum() > 0:  # else r == p up to rounding: a rejection is a measure-zero event
                 residual = rest
         if chosen is None:
-            return path, int(ids[_draw_index(residual, rng.random())])
+            return path, int(ids[draw_index(residual, rng.random())])
         path.append(chosen)
         node = chosen
-
-
-def _draw_index(weights: np.ndarray, u: float) -> int:
-    cdf = np.cumsum(weights)
-    j = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    return j if j < len(cdf) else int(np.flatnonzero(weights)[-1])
 
 
 def _tree_windows(seq: np.ndarray, length: int, tokens: list[int], parents: np.ndarray, window: int) -> np.ndarray:

@@ -96,7 +96,7 @@ def _as_numpy(x, dtype) -> np.ndarray:
     return x[None] if x.ndim == 1 else x
 
 
-def _draw(probs: np.ndarray, u: float) -> int:
+def draw_index(probs: np.ndarray, u: float) -> int:
     """Index drawn from the (unnormalised) row ``probs`` by inverting its CDF at ``u`` in [0, 1).
 
     The first entry whose cumulative mass exceeds u * total: never an entry of probability 0."""
@@ -232,7 +232,7 @@ class Probs:
     def draw(self, i: int, u: float) -> int:
         """Row i's token at uniform ``u`` (no draw for a point mass)."""
         ids, probs = self.support(i)
-        return int(ids[0]) if len(ids) == 1 else int(ids[_draw(probs, u)])
+        return int(ids[0]) if len(ids) == 1 else int(ids[draw_index(probs, u)])
 
     def sample(self, generator: np.random.Generator | torch.Generator | None = None) -> np.ndarray:
         """One token per row, by inverting each row's CDF."""
@@ -251,7 +251,7 @@ class Probs:
         r = np.maximum(q - draft.prob_at(i, ids), 0.0)
         if not r.sum() > 0:  # q == p up to rounding: a rejection is then a measure-zero event
             r = q
-        return int(ids[_draw(r, u)])
+        return int(ids[draw_index(r, u)])
 
     def rows(self, index: list[int]) -> Probs:
         """The rows at ``index``, in that order."""

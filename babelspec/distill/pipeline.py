@@ -12,6 +12,7 @@ import json
 import os
 import time
 import tomllib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -135,25 +136,34 @@ class DistillConfig:
         return asdict(self)
 
 
+def fill_sources(config: DistillConfig, root: str | os.PathLike, *, test: str, shots: str, train: str,
+                 monolingual: Sequence[str]) -> DistillConfig:
+    """``config`` reading the given sets (source strings under ``root``) wherever it names no
+    source of its own: task mode translates ``train`` (when given) with ``shots`` as examples,
+    general mode reads ``monolingual``, and the held-out translation prompts are ``test``'s."""
+    d = config.data
+    config.data_root = config.data_root or str(root)
+    if config.mode == "task" and not d.train_source and train:
+        d.train_source, d.shots_source = train, d.shots_source or shots
+    if config.mode == "general" and not d.text_sources:
+        d.text_sources = list(monolingual)
+    if not d.test_source:
+        d.test_source, d.shots_source = test, d.shots_source or shots
+    return config
+
+
 def with_real_data(config: DistillConfig, root: str | os.PathLike | None) -> DistillConfig:
     """``config`` reading the language's real sets (``babelspec.data.real``) under ``root``
-    wherever it names no source of its own: task mode translates the parallel train split with
-    the dev split's pairs as shots, general mode reads the monolingual sets, and the held-out
-    translation prompts are the test split's. Unchanged where ``root`` holds no real set."""
+    wherever it names no source of its own (``fill_sources``): the parallel train split with the
+    dev split's shots, the monolingual sets, the test split held out. Unchanged where ``root``
+    holds no real set."""
     from babelspec.data.real import real_data
 
     real = real_data(config.lang, root)
-    d = config.data
     if real is None:
         return config
-    config.data_root = config.data_root or str(root)
-    if config.mode == "task" and not d.train_source:
-        d.train_source, d.shots_source = real.train, d.shots_source or real.shots
-    if config.mode == "general" and not d.text_sources:
-        d.text_sources = list(real.monolingual)
-    if not d.test_source:
-        d.test_source, d.shots_source = real.test, d.shots_source or real.shots
-    return config
+    return fill_sources(config, root, test=real.test, shots=real.shots, train=real.train,
+                        monolingual=real.monolingual)
 
 
 def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> DistillConfig:

@@ -51,6 +51,13 @@ class DrafterSetting:
     def prepared(self) -> bool:
         return bool(self.kind)
 
+    @property
+    def mix(self) -> list[str]:
+        """The languages of a multilingual distilled setting (its ``data.mix`` option): one
+        drafter trained once for every language of the run; [] otherwise."""
+        data = self.options.get("data")
+        return list(data.get("mix", [])) if self.kind == "distilled" and isinstance(data, dict) else []
+
 
 @dataclass
 class SamplingSection:

@@ -60,20 +60,15 @@ class PrepareRequest:
         if self.setting.kind == "distilled":
             if self.data is not None and self.data.root:
                 fields["data"] = asdict(self.data.for_language(self.language))
-            if _mix(self.setting):  # one multilingual drafter for every language of the run
-                fields["lang"] = _mix(self.setting)
+            if self.setting.mix:  # one multilingual drafter for every language of the run
+                fields["lang"] = self.setting.mix
                 fields.pop("data", None)
                 fields.pop("corpus", None)
         key = json.dumps(fields, sort_keys=True)
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
-        lang = "mix" if self.setting.kind == "distilled" and _mix(self.setting) else self.language
+        lang = "mix" if self.setting.mix else self.language
         return self.artifacts / f"{self.setting.name}-{lang}-{digest}{suffix}"
 
-
-def _mix(setting: DrafterSetting) -> list[str]:
-    """The languages of a multilingual distilled setting (its ``data.mix`` option), or []."""
-    data = setting.options.get("data")
-    return list(data.get("mix", [])) if isinstance(data, dict) else []
 
 
 Preparer = Callable[[PrepareRequest], str]
@@ -218,7 +213,7 @@ def _prepare_distilled(req: PrepareRequest) -> str:
             overrides.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             overrides[key] = value
-    mix = _mix(req.setting)
+    mix = req.setting.mix
     if mix:  # trained once, on the first language's text and the others', for every language
         overrides["lang"], overrides["data.mix"] = mix[0], mix[1:]
     try:
@@ -244,16 +239,10 @@ def _prepare_distilled(req: PrepareRequest) -> str:
 
 
 def _real_sources(config: Any, data: Any, lang: str) -> None:
-    """Point a distillation at the run's ``[data]`` sets where its own config names none: task
-    mode translates the language's ``train`` sentences (the bundled train split when the run
-    gives none) with its ``shots`` as examples, general mode reads its ``monolingual`` sources,
-    and the held-out translation prompts are its ``test`` sentences. A multilingual setting
-    reads the real sets of ``babelspec.data.real`` for the languages it mixes in."""
-    d, ours = config.data, data.for_language(config.lang if config.data.mix else lang)
-    config.data_root = config.data_root or data.root
-    if config.mode == "task" and not d.train_source and ours.train:
-        d.train_source, d.shots_source = ours.train, d.shots_source or ours.shots
-    if config.mode == "general" and not d.text_sources:
-        d.text_sources = list(ours.monolingual)
-    if not d.test_source:
-        d.test_source, d.shots_source = ours.test, d.shots_source or ours.shots
+    """Point a distillation at the run's ``[data]`` sets where its own config names none
+    (``pipeline.fill_sources``); a multilingual setting takes its first language's."""
+    from babelspec.distill.pipeline import fill_sources
+
+    ours = data.for_language(config.lang if config.data.mix else lang)
+    fill_sources(config, data.root, test=ours.test, shots=ours.shots, train=ours.train,
+                 monolingual=ours.monolingual)

@@ -210,7 +210,7 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
         for setting in cfg.settings_for(lang):
             if not setting.prepared or f"{setting.name}|{lang}" in done_specs:
                 continue
-            prepared[(setting.name, "mix" if _multilingual(setting) else lang)] = estimate_prepare_seconds(setting)
+            prepared[(setting.name, "mix" if setting.mix else lang)] = estimate_prepare_seconds(setting)
     return RunPlan(units=len(units_of(todo)), generations=len(todo), done_before=len(items) - len(todo),
                    workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens,
                    prepare_jobs=len(prepared), prepare_seconds=sum(prepared.values()))  # fmt: skip
@@ -242,7 +242,7 @@ def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Pat
     for lang in cfg.languages:
         for setting in cfg.settings_for(lang):
             if setting.prepared:
-                if _multilingual(setting):
+                if setting.mix:
                     if setting.name in sharing:
                         sharing[setting.name].append(lang)
                         continue
@@ -262,18 +262,13 @@ def prepare_drafters(cfg: ExperimentConfig, store: Store, target, artifacts: Pat
             else:
                 log(f"skipping {name} for {lang}: {reason}")
                 store.add_skip(name, lang, reason)
-        lang = job.language
-        key = f"prepare {name} {lang}"
+        key = f"prepare {name} {job.language}"
         stage_seconds[key] = stage_seconds.get(key, 0.0) + seconds
         store.set_meta("stage_seconds", stage_seconds)
     store.set_meta("specs", {f"{d}|{lang}": s for (d, lang), s in specs.items()})
     store.set_meta("trained_on", {s.name: s.trained_on for s in cfg.drafters})
     return specs
 
-
-def _multilingual(setting: Any) -> bool:
-    """A distilled setting trained once on a mix of languages (``data.mix``), for all of them."""
-    return setting.kind == "distilled" and bool((setting.options.get("data") or {}).get("mix"))
 
 
 def _started(executor: Executor, cfg: ExperimentConfig, log: Callable[[str], None]) -> Executor:
