@@ -42,10 +42,15 @@ def _gemma3_body(body: Any) -> bool:
             and config.hidden_activation in ("gelu_pytorch_tanh", "gelu"))  # fmt: skip
 
 
-def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True) -> LeanGemma3 | None:
+def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True,
+                 quantize: str | None = None) -> LeanGemma3 | None:  # fmt: skip
     """The lean forward of ``model`` (a Gemma-3 text LM, or a restricted-head drafter over one),
     or None where Hugging Face's forward is used: other families, or ``forward="hf"``.
-    ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``)."""
+    ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``).
+    ``quantize="int8"``: the layers' products on weight-only int8 copies (``Int8Linear``), a
+    drafter's forward (not the target's: it is another model)."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
     forward = forward or default_forward()
     if forward not in FORWARDS:
         raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
@@ -69,7 +74,7 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
                 logits = torch.tanh(logits / softcap) * softcap
             return logits
 
-    return LeanGemma3(body, logits_of, fuse=fuse)
+    return LeanGemma3(body, logits_of, fuse=fuse, quantize=quantize)
 
 
 class LeanLayerCache:
@@ -257,12 +262,55 @@ class Linears:
         return list(self.stacked(x).split(self.sizes, dim=-1))
 
 
+QUANTIZATIONS = (None, "int8")
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 rows, one scale per row in ``weight``'s dtype): symmetric weight-only quantization
+    per output row, ``weight ~ rows * scales[:, None]``."""
+    w = weight.detach().float()
+    scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+    rows = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).contiguous()
+    return rows, scales.to(weight.dtype)
+
+
+class Int8Linear:
+    """``x @ weight.T`` on a weight-only int8 copy of ``weights`` stacked (one product for
+    q/k/v or gate/up), split after: torch's ``_weight_int8pack_mm``, whose one-row product reads
+    half the bytes of bf16's (``bench quant``). Its cost grows with the rows, so it suits a
+    drafter's one-row steps, not a verification block. Quacks as ``Linear`` and ``Linears``."""
+
+    __slots__ = ("rows", "scales", "sizes", "dtype")
+
+    def __init__(self, weights: list[torch.Tensor]) -> None:
+        if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
+            raise ValueError(f"int8 drafting needs torch's _weight_int8pack_mm (torch {torch.__version__} has none)")
+        stacked = weights[0] if len(weights) == 1 else torch.cat([w.detach() for w in weights])
+        self.rows, self.scales = quantize_int8(stacked)
+        self.sizes = [w.shape[0] for w in weights]
+        self.dtype = weights[0].dtype
+
+    fused = True  # the stacked product is the only one: ``_attention`` may norm q and k together
+
+    def merges(self, x: torch.Tensor) -> bool:
+        return True
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        out = torch.ops.aten._weight_int8pack_mm(flat, self.rows, self.scales)
+        return out.view(*x.shape[:-1], -1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+        out = self.stacked(x)
+        return out if len(self.sizes) == 1 else list(out.split(self.sizes, dim=-1))
+
+
 @dataclass
 class _Layer:
-    qkv: Linears
-    o: Linear
-    gate_up: Linears
-    down: Linear
+    qkv: Linears | Int8Linear
+    o: Linear | Int8Linear
+    gate_up: Linears | Int8Linear
+    down: Linear | Int8Linear
     norms: dict[str, tuple[torch.Tensor, float]]  # name -> (1 + weight in float32, eps)
     sliding: bool
     qk_norm: tuple[torch.Tensor, float] | None = None  # q_norm's scale per query head, then k_norm's
@@ -282,7 +330,8 @@ class LeanGemma3:
     the decoder stack ``body`` (a ``Gemma3TextModel``) under the output head ``logits_of``."""
 
     def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
-                 initial_capacity: int = 256, pack: bool = True, fuse: bool = True) -> None:  # fmt: skip
+                 initial_capacity: int = 256, pack: bool = True, fuse: bool = True,
+                 quantize: str | None = None) -> None:  # fmt: skip
         config = body.config
         self.body, self.logits_of = body, logits_of
         self.rotary = body.rotary_emb
@@ -301,9 +350,20 @@ class LeanGemma3:
         # so float32 keeps Hugging Face's layout
         weight = body.embed_tokens.weight
         self.keys_t = weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
+        self.dtype, self.device = weight.dtype, weight.device
+        self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
+            if quantize == "int8":
+                self.layers.append(_Layer(
+                    qkv=Int8Linear([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
+                    o=Int8Linear([attn.o_proj.weight]),
+                    gate_up=Int8Linear([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                    down=Int8Linear([mlp.down_proj.weight]),
+                    norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
+                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
+                continue
             # fast-mode blocks compute a one-row product as two rows where one row alone rounds
             # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
             # the merges and this are what ``fuse`` turns off
@@ -312,19 +372,15 @@ class LeanGemma3:
                 o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
                 gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, pad_row=fuse),
                 down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
-                norms={name: _norm_weights(getattr(m, name)) for m in (layer, attn) for name in (
-                    "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                    "post_feedforward_layernorm", "q_norm", "k_norm") if hasattr(m, name)},
-                sliding=kind == "sliding_attention"))  # fmt: skip
+                norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
             if self.layers[-1].qkv.fused:
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
 
     def new_cache(self) -> LeanCache:
-        weight = self.layers[0].o.weight if self.layers else self.embed.weight
         shape = (1, self.kv_heads, self.capacity, self.head_dim)
         key_shape = (1, self.kv_heads, self.head_dim, self.capacity) if self.keys_t else shape
-        return LeanCache([LeanLayerCache(weight.new_empty(key_shape), weight.new_empty(shape), self.keys_t)
-                          for _ in self.layers])  # fmt: skip
+        empty = lambda s: torch.empty(s, dtype=self.dtype, device=self.device)  # noqa: E731
+        return LeanCache([LeanLayerCache(empty(key_shape), empty(shape), self.keys_t) for _ in self.layers])
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
@@ -457,6 +513,12 @@ def tree_ancestors(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             ancestors[i] |= ancestors[p]
             depth[i] = depth[p] + 1
     return ancestors, depth
+
+
+def _layer_norms(layer: torch.nn.Module, attn: torch.nn.Module) -> dict[str, tuple[torch.Tensor, float]]:
+    return {name: _norm_weights(getattr(m, name)) for m in (layer, attn) for name in (
+        "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+        "post_feedforward_layernorm", "q_norm", "k_norm") if hasattr(m, name)}  # fmt: skip
 
 
 def _norm_weights(norm: torch.nn.Module) -> tuple[torch.Tensor, float]:

@@ -11,6 +11,16 @@ from babelspec.models.presets import DEFAULT_TARGET
 bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
 
 
+def _emit(result: dict, output: str | None) -> None:
+    """Print ``result`` as JSON, and write it to ``output`` too when given."""
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    if output:
+        from babelspec.fileio import write_text_atomic
+
+        write_text_atomic(output, text + "\n")
+    typer.echo(text)
+
+
 @bench_app.command("engine")
 def bench_engine(
     steps: int = typer.Option(300, help="Speculative steps to time."),
@@ -81,7 +91,7 @@ def bench_peers(
     gamma: int = typer.Option(3, help="Tokens drafted per step for the babelspec drafters."),
     repeats: int = typer.Option(1, help="Rounds over all prompts (medians over all runs)."),
     drafters: str = typer.Option("", help="Comma-separated drafter specs (default: self:6, self:12, head, self:12@; "
-                                           "'head', 'self:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
+                                           "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
     task: str = typer.Option("translation", help="Prompts: translation, story or prefix (short in-language text)."),
@@ -121,12 +131,7 @@ def bench_peers(
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    text = json.dumps(result, indent=1)
-    if output:
-        from babelspec.fileio import write_text_atomic
-
-        write_text_atomic(output, text + "\n")
-    typer.echo(text)
+    _emit(result, output)
 
 
 @bench_app.command("equivalence")
@@ -219,12 +224,44 @@ def bench_tree(
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
-    text = json.dumps(result, indent=1, ensure_ascii=False)
-    if output:
-        from babelspec.fileio import write_text_atomic
+    _emit(result, output)
 
-        write_text_atomic(output, text + "\n")
-    typer.echo(text)
+
+@bench_app.command("quant")
+def bench_quant(
+    target: str = typer.Option(DEFAULT_TARGET, help="Target model (its lean forward runs int8 drafts: Gemma-3)."),
+    langs: str = typer.Option("", help="Comma-separated language codes (default: amh,npi,yor,ibo,grn)."),
+    prompts_per_lang: int = typer.Option(4, help="FLORES-200 test sentences per language."),
+    max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
+    gamma: int = typer.Option(4, help="Tokens drafted per step."),
+    drafters: str = typer.Option("head,int8,bigram", help="Comma-separated drafter specs; 'head', 'int8' and "
+                                 "'int8:K@' take each prompt's language, 'bigram' is the corpus bigram."),
+    modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
+                                  "else ../shared/corpora]"),
+    dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """The target drafting for itself in int8, per language, beside its bf16 form and the bigram."""
+    from babelspec.bench.quant import QUANT_LANGS, QuantBenchConfig, quant_bench
+
+    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
+    if not mode_list or any(m not in ("greedy", "sample") for m in mode_list):
+        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {modes!r}")
+    drafter_list = tuple(d.strip() for d in drafters.split(",") if d.strip())
+    if not drafter_list:
+        raise typer.BadParameter("--drafters needs at least one drafter spec")
+    cfg = QuantBenchConfig(target=target, langs=_langs(langs, QUANT_LANGS),
+                           prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                           gamma=_positive("--gamma", gamma), drafters=drafter_list, modes=mode_list,
+                           data_root=data_root, dtype=dtype)  # fmt: skip
+    try:
+        result = quant_bench(cfg)
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, output)
 
 
 @bench_app.command("serve")

@@ -41,10 +41,10 @@ LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@")
 
 def drafter_spec_for(spec: str, lang: str) -> str:
     """Fill the language into specs that take it from the context (``head``, ``self:K@``,
-    ``bigram@``, ``distilled-bigram@``)."""
-    if spec == "head":
-        return f"head:{lang}"
-    if (spec.startswith("self:") and spec.endswith("@")) or spec in LANGUAGE_NGRAMS:
+    ``int8``, ``int8:K@``, ``bigram@``, ``distilled-bigram@``)."""
+    if spec in ("head", "int8"):
+        return f"{spec}:{lang}"
+    if (spec.startswith(("self:", "int8:")) and spec.endswith("@")) or spec in LANGUAGE_NGRAMS:
         return spec + lang
     return spec
 

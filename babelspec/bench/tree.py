@@ -12,6 +12,7 @@ plain decoding in the same round. Greedy and the paper's sampling.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -53,15 +54,55 @@ def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:
     return path
 
 
-def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
+def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: int, max_new_tokens: int,
+                       modes: tuple[str, ...], root: Path,
+                       settings_for: Callable[[str, Path], dict[str, tuple[Any, int]]],
+                       progress: bool = True) -> tuple[list[dict], list[str]]:  # fmt: skip
+    """Per language, ``prompts_per_lang`` FLORES-200 test sentences translated by ``target`` under
+    every setting ``settings_for(lang, bigram_file)`` returns ({name: (drafter, γ)}, plain first),
+    per mode (greedy; the paper's sampling, seeded by the prompt), the settings' order rotated
+    per prompt. One record per run; the settings' names in order."""
     import tempfile
 
-    from babelspec.data.real import corpora_root, real_data
+    from babelspec.data.real import real_data
     from babelspec.distill.data import task_prompts
-    from babelspec.drafters import make_drafter
     from babelspec.engine import generate
-    from babelspec.machine import execution_info
     from babelspec.sampling import SamplingConfig
+
+    records: list[dict[str, Any]] = []
+    names: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for lang in langs:
+            real = real_data(lang, root)
+            if real is None:
+                raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+            settings = settings_for(lang, _bigram_file(lang, target.tokenizer, root, Path(tmp)))
+            names = list(settings)
+            prompts = task_prompts("translation", lang, target.tokenizer, "test", prompts_per_lang,
+                                   sources=(real.test, real.shots), root=str(root))
+            for i, prompt in enumerate(prompts):
+                for mode in modes:
+                    sampling = SamplingConfig.paper(seed=i, greedy=mode == "greedy")
+                    shift = i % len(names)
+                    for name in names[shift:] + names[:shift]:  # the order rotated per prompt
+                        drafter, gamma = settings[name]
+                        out = generate(target, drafter, list(prompt.prompt_ids), gamma=gamma,
+                                       max_new_tokens=max_new_tokens, sampling=sampling,
+                                       stop_strings=prompt.stop_strings)  # fmt: skip
+                        decode = out.wall_seconds - out.prefill_seconds
+                        records.append({"lang": lang, "prompt": i, "mode": mode, "setting": name,
+                                        "tokens": out.n_tokens, "decode_seconds": decode, "steps": out.steps,
+                                        "accepted": out.accepted, "proposed": out.proposed,
+                                        "rejections": out.rejections, "c": out.c})  # fmt: skip
+                if progress:
+                    print(f"{lang} prompt {i + 1}/{len(prompts)} done", flush=True)
+    return records, names
+
+
+def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
+    from babelspec.data.real import corpora_root
+    from babelspec.drafters import make_drafter
+    from babelspec.machine import execution_info
     from babelspec.target import load_target
 
     root = corpora_root(cfg.data_root or None)
@@ -71,73 +112,65 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     target = load_target(cfg.target, dtype=cfg.dtype)
     if not target.supports_trees:
         raise ValueError(f"{cfg.target} has no tree verification (the lean forward: Gemma-3 under eager attention)")
-    settings = {"plain": "none", f"chain γ={cfg.gamma}": "{ngram}"}
+    specs = {"plain": ("none", 1), f"chain γ={cfg.gamma}": ("{ngram}", cfg.gamma)}
     for budget in cfg.budgets:
-        settings[f"chain γ={budget}"] = "{ngram}"
-        settings[f"tree {budget}"] = f"{{ngram}},tree={budget}"
-    gammas = {name: int(name.split("=")[1]) if name.startswith("chain γ=") else cfg.gamma for name in settings}
-    records: list[dict[str, Any]] = []
+        specs[f"chain γ={budget}"] = ("{ngram}", budget)
+        specs[f"tree {budget}"] = (f"{{ngram}},tree={budget}", cfg.gamma)
+
+    def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:
+        return {name: (make_drafter(spec.format(ngram=f"ngram:{bigram}"), target), gamma)
+                for name, (spec, gamma) in specs.items()}  # fmt: skip
+
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        for lang in cfg.langs:
-            real = real_data(lang, root)
-            if real is None:
-                raise ValueError(f"{root} holds no real sets for {lang}")
-            path = _bigram_file(lang, target.tokenizer, root, Path(tmp))
-            drafters = {name: make_drafter(spec.format(ngram=f"ngram:{path}"), target) for name, spec in settings.items()}
-            prompts = task_prompts("translation", lang, target.tokenizer, "test", cfg.prompts_per_lang,
-                                   sources=(real.test, real.shots), root=str(root))
-            for i, prompt in enumerate(prompts):
-                for mode in cfg.modes:
-                    sampling = SamplingConfig.paper(seed=i, greedy=mode == "greedy")
-                    names = list(settings)
-                    shift = i % len(names)
-                    for name in names[shift:] + names[:shift]:  # the order rotated per prompt
-                        out = generate(target, drafters[name], list(prompt.prompt_ids), gamma=gammas[name],
-                                       max_new_tokens=cfg.max_new_tokens, sampling=sampling,
-                                       stop_strings=prompt.stop_strings)  # fmt: skip
-                        decode = out.wall_seconds - out.prefill_seconds
-                        records.append({"lang": lang, "prompt": i, "mode": mode, "setting": name,
-                                        "tokens": out.n_tokens, "decode_seconds": decode, "steps": out.steps,
-                                        "accepted": out.accepted, "proposed": out.proposed})  # fmt: skip
-                if progress:
-                    print(f"{lang} prompt {i + 1}/{len(prompts)} done", flush=True)
-    return summarise(records, cfg, list(settings), time.perf_counter() - started,
-                     execution_info(target))  # fmt: skip
+    records, settings = real_sentence_runs(target, cfg.langs, cfg.prompts_per_lang, cfg.max_new_tokens,
+                                           cfg.modes, root, settings_for, progress)  # fmt: skip
+    return summarise(records, cfg, settings, time.perf_counter() - started, execution_info(target))
+
+
+def setting_table(records: list[dict], langs: tuple[str, ...], mode: str, settings: list[str]) -> dict[str, Any]:
+    """Per setting under ``mode``: the median speedup over plain decoding (per-prompt ratios of
+    decode seconds per token, plain in the same round), tokens/s, and for drafting settings the
+    tokens one verification yields, α and the cost ratio c, overall and per language."""
+    rows = [r for r in records if r["mode"] == mode]
+    plain = {(r["lang"], r["prompt"]): r for r in rows if r["setting"] == "plain"}
+
+    def per_token(r: dict) -> float:
+        return r["decode_seconds"] / max(r["tokens"], 1)
+
+    def figures(mine: list[dict]) -> dict[str, Any]:
+        from babelspec.speedup import acceptance_rate
+
+        return {"tokens_per_verification": sum(r["accepted"] + r["steps"] for r in mine) / max(
+                    sum(r["steps"] for r in mine), 1),
+                "alpha": acceptance_rate(sum(r["accepted"] for r in mine), sum(r["rejections"] for r in mine)),
+                "c": median([r["c"] for r in mine]),
+                "speedup": median([per_token(plain[(r["lang"], r["prompt"])]) / per_token(r)
+                                   for r in mine if r["tokens"]])}  # fmt: skip
+
+    table: dict[str, Any] = {}
+    for name in settings:
+        mine = [r for r in rows if r["setting"] == name]
+        entry: dict[str, Any] = {"speedup": median([per_token(plain[(r["lang"], r["prompt"])]) / per_token(r)
+                                                    for r in mine if r["tokens"]]),
+                                 "tokens_per_s": median([r["tokens"] / r["decode_seconds"]
+                                                         for r in mine if r["decode_seconds"] > 0])}  # fmt: skip
+        if name != "plain":
+            entry.update({k: v for k, v in figures(mine).items() if k != "speedup"})
+            entry["per_lang"] = {lang: figures([r for r in mine if r["lang"] == lang]) for lang in langs}
+            entry["worst_lang_speedup"] = min((row["speedup"] for row in entry["per_lang"].values()),
+                                              default=float("nan"))  # fmt: skip
+        table[name] = entry
+    return table
 
 
 def summarise(records: list[dict], cfg: TreeBenchConfig, settings: list[str], seconds: float,
               execution: dict) -> dict[str, Any]:  # fmt: skip
-    """Per mode and setting: tokens per verification, its ratio to the chain at the same node
-    budget, and the speedup over plain decoding, overall and per language (medians over prompts)."""
+    """Per mode and setting: ``setting_table``, and for each tree its tokens per verification
+    against the chain at the same node budget and the chain of γ."""
     out: dict[str, Any] = {"benchmark": "tree", "config": asdict(cfg), "wall_seconds": round(seconds, 1),
                            "threads": torch.get_num_threads(), "execution": execution, "modes": {}}
     for mode in cfg.modes:
-        rows = [r for r in records if r["mode"] == mode]
-        plain = {(r["lang"], r["prompt"]): r for r in rows if r["setting"] == "plain"}
-
-        def per_token(r: dict) -> float:
-            return r["decode_seconds"] / max(r["tokens"], 1)
-
-        table: dict[str, Any] = {}
-        for name in settings:
-            mine = [r for r in rows if r["setting"] == name]
-            speedups = [per_token(plain[(r["lang"], r["prompt"])]) / per_token(r) for r in mine if r["tokens"]]
-            entry: dict[str, Any] = {"speedup": median(speedups), "tokens_per_s": median(
-                [r["tokens"] / r["decode_seconds"] for r in mine if r["decode_seconds"] > 0])}
-            if name != "plain":
-                # tokens one verification yields: the accepted drafted tokens and the target's own
-                entry["tokens_per_verification"] = sum(r["accepted"] + r["steps"] for r in mine) / max(
-                    sum(r["steps"] for r in mine), 1)
-                entry["per_lang"] = {}
-                for lang in cfg.langs:
-                    lr = [r for r in mine if r["lang"] == lang]
-                    entry["per_lang"][lang] = {
-                        "tokens_per_verification": sum(r["accepted"] + r["steps"] for r in lr) / max(
-                            sum(r["steps"] for r in lr), 1),
-                        "speedup": median([per_token(plain[(r["lang"], r["prompt"])]) / per_token(r)
-                                           for r in lr if r["tokens"]])}  # fmt: skip
-            table[name] = entry
+        table = setting_table(records, cfg.langs, mode, settings)
         for budget in cfg.budgets:
             tree, chain = table[f"tree {budget}"], table[f"chain γ={budget}"]
             tree["vs_chain_same_budget"] = tree["tokens_per_verification"] / chain["tokens_per_verification"]
@@ -146,15 +179,15 @@ def summarise(records: list[dict], cfg: TreeBenchConfig, settings: list[str], se
                 row["vs_chain_same_budget"] = row["tokens_per_verification"] / \
                     chain["per_lang"][lang]["tokens_per_verification"]
         out["modes"][mode] = table
-    return _clean(out)
+    return clean(out)
 
 
-def _clean(obj: Any) -> Any:
+def clean(obj: Any) -> Any:
     """JSON-ready: NaN and infinities as null, floats rounded to 4 digits."""
     if isinstance(obj, float):
         return json_number(obj, 4)
     if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
+        return {k: clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
+        return [clean(v) for v in obj]
     return obj

@@ -1,12 +1,13 @@
 """Drafters, one module each behind one interface (``base.Drafter``), made from a spec string.
 
 Specs: ``none``, ``model:PATH_OR_PRESET``, ``ngram:FILE[,option=value...]``, ``self:K``,
-``head:LANG``, ``self:K@LANG``, ``distilled:DIR`` and ``auto[:ROUTER]``. ``self:K`` drafts with
-the target's first K layers; ``head:LANG`` with all its layers under an output head restricted
-to LANG's corpus tokens; ``self:K@LANG`` combines the two (``head`` / ``self:K@`` take
-``lang=...``). This module is the factory: it imports the drafter modules, never the reverse. A
-new drafter is a module with a factory ``(arg, target, context) -> Drafter`` and one line in
-``_FACTORIES`` (or, from outside the package, ``register("prefix")`` on the factory).
+``head:LANG``, ``self:K@LANG``, ``int8:[K@]LANG``, ``distilled:DIR`` and ``auto[:ROUTER]``.
+``self:K`` drafts with the target's first K layers; ``head:LANG`` with all its layers under an
+output head restricted to LANG's corpus tokens; ``self:K@LANG`` combines the two (``head`` /
+``self:K@`` take ``lang=...``); ``int8:[K@]LANG`` is either on weight-only int8 copies of the
+target's weights. This module is the factory: it imports the drafter modules, never the
+reverse. A new drafter is a module with a factory ``(arg, target, context) -> Drafter`` and one
+line in ``_FACTORIES`` (or, from outside the package, ``register("prefix")`` on the factory).
 """
 
 from __future__ import annotations
@@ -60,6 +61,21 @@ def _head(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     return restricted_drafter(target, k=None, lang=lang, name=f"head:{lang}" if lang else "head")
 
 
+def _int8(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    """``int8:LANG`` (all layers) or ``int8:K@LANG``: weight-only int8 copies under the
+    restricted head of LANG (``int8`` / ``int8:K@`` take ``lang=...``)."""
+    from babelspec.drafters.selfdraft import num_layers, parse_layers
+    from babelspec.drafters.vocabhead import restricted_drafter
+
+    layers, at, lang = arg.rpartition("@") if "@" in arg else ("", "", arg)
+    k = parse_layers(layers, target) if at else None
+    lang = lang or context.get("lang")
+    if k == num_layers(target.model):
+        k = None
+    name = f"int8:{layers}@{lang}" if k else f"int8:{lang}" if lang else "int8"
+    return restricted_drafter(target, k=k, lang=lang, name=name, quantize="int8")
+
+
 def _distilled(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     from babelspec.drafters.distilled import distilled_drafter
 
@@ -74,7 +90,7 @@ def _auto(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 
 _FACTORIES: dict[str, DrafterFactory] = {
     "none": _none, "model": _model, "ngram": _ngram, "self": _self, "head": _head,
-    "distilled": _distilled, "auto": _auto,
+    "int8": _int8, "distilled": _distilled, "auto": _auto,
 }  # fmt: skip
 
 

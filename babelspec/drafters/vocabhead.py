@@ -9,13 +9,16 @@ ids. Verification stays lossless because the engine judges tokens by the draft p
 they were actually drawn from.
 
 * ``head:LANG`` -- the target's full stack of layers under the restricted head;
-* ``self:K@LANG`` -- its first K layers (``self:K``) under the restricted head.
+* ``self:K@LANG`` -- its first K layers (``self:K``) under the restricted head;
+* ``int8:LANG``, ``int8:K@LANG`` -- the same on weight-only int8 copies of the layers and the
+  head: the target itself at lower precision, whose acceptance depends little on the language.
 
 ``LANG`` may be left out (``head``, ``self:6@``) when the caller passes ``lang=...``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,6 +27,8 @@ import torch
 
 from babelspec.drafters.base import Drafter
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
+from babelspec.lean import Int8Linear
+from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
 
@@ -36,8 +41,9 @@ class RestrictedHeadLM(torch.nn.Module):
     a contiguous matrix (|S| x hidden; the decoder stack itself stays shared).
     """
 
-    def __init__(self, model: torch.nn.Module, token_ids: torch.Tensor) -> None:
+    def __init__(self, model: torch.nn.Module, token_ids: torch.Tensor, quantize: str | None = None) -> None:
         super().__init__()
+        self.quantize = quantize
         self.body = model.model  # shared, not copied
         self.config = model.config
         head = model.get_output_embeddings()
@@ -50,6 +56,7 @@ class RestrictedHeadLM(torch.nn.Module):
             raise ValueError(f"restricted head ids must be non-empty and in [0, {self.vocab_size})")
         self.base_ids = ids.to(head.weight.device)
         self.base_weight = head.weight.detach().index_select(0, self.base_ids).contiguous()
+        self.base_product = self._product(self.base_weight)
         self.softcap = getattr(self.config.get_text_config(), "final_logit_softcapping", None)
         self.set_extra([])
 
@@ -63,11 +70,18 @@ class RestrictedHeadLM(torch.nn.Module):
         if len(extra):
             extra = extra[~torch.isin(extra, self.base_ids)]
         self.extra_weight = self.full_weight.detach().index_select(0, extra)
+        self.extra_product = self._product(self.extra_weight) if len(extra) else None
         self.index = torch.cat([self.base_ids, extra])  # column -> token id
         n = len(self.index)
         # token id -> column; ids outside the set map to a dummy column n (logit -inf).
         self.column = torch.full((self.vocab_size,), n, dtype=torch.long, device=device)
         self.column[self.index] = torch.arange(n, device=device)
+
+    def _product(self, weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``hidden @ weight.T``, on an int8 copy of ``weight`` under ``quantize="int8"``."""
+        if self.quantize == "int8":
+            return Int8Linear([weight])
+        return lambda hidden: torch.nn.functional.linear(hidden, weight)
 
     @property
     def n_columns(self) -> int:
@@ -83,9 +97,9 @@ class RestrictedHeadLM(torch.nn.Module):
     def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """The restricted columns' logits of the body's last hidden states (also the lean
         forward's output head: ``babelspec.lean``)."""
-        logits = torch.nn.functional.linear(hidden, self.base_weight)
-        if self.extra_weight.shape[0]:
-            logits = torch.cat([logits, torch.nn.functional.linear(hidden, self.extra_weight)], -1)
+        logits = self.base_product(hidden)
+        if self.extra_product is not None:
+            logits = torch.cat([logits, self.extra_product(hidden)], -1)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
@@ -99,7 +113,7 @@ class VocabHeadDrafter(SelfDrafter):
     """
 
     def __init__(self, lm: RestrictedHeadLM, name: str, target: Target | None = None) -> None:
-        super().__init__(lm, target, len(lm.body.layers), name=name)
+        super().__init__(CausalLM(lm, quantize=lm.quantize), target, len(lm.body.layers), name=name)
         self.head = lm
         self.vocab_size = lm.vocab_size
 
@@ -119,8 +133,10 @@ class VocabHeadDrafter(SelfDrafter):
         return warp(logits, self.sampling, columns, first_position=position).with_ids(self._id_of)
 
 
-def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str) -> Drafter:
-    """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers)."""
+def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str,
+                       quantize: str | None = None) -> Drafter:  # fmt: skip
+    """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers); ``int8:[K@]LANG``
+    with ``quantize="int8"``."""
     from babelspec.drafters.vocab import language_token_ids
 
     if not lang:
@@ -135,4 +151,4 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     body = target.model
     if k is not None and k < num_layers(target.model):
         body = truncated_model(target.model, k)
-    return VocabHeadDrafter(RestrictedHeadLM(body, ids), name=name, target=target)
+    return VocabHeadDrafter(RestrictedHeadLM(body, ids, quantize=quantize), name=name, target=target)
