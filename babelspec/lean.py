@@ -256,8 +256,10 @@ class Linears:
         """The stacked product itself, the projections side by side (``merges(x)`` only)."""
         return _packed_product(x, self.packed, self.pad_row)
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        if not self.merges(x):
+    def __call__(self, x: torch.Tensor, merge: bool | None = None) -> list[torch.Tensor]:
+        """The projections; ``merge`` (a batch of blocks says it for all its rows) defaults to
+        ``merges(x)``, and stacks only where the weights are packed."""
+        if not (self.merges(x) if merge is None else merge and self.fused):
             return [part(x) for part in self.parts]
         return list(self.stacked(x).split(self.sizes, dim=-1))
 
@@ -300,7 +302,7 @@ class Int8Linear:
         out = torch.ops.aten._weight_int8pack_mm(flat, self.rows, self.scales)
         return out.view(*x.shape[:-1], -1)
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor | list[torch.Tensor]:
+    def __call__(self, x: torch.Tensor, merge: bool | None = None) -> torch.Tensor | list[torch.Tensor]:
         out = self.stacked(x)
         return out if len(self.sizes) == 1 else list(out.split(self.sizes, dim=-1))
 
@@ -323,6 +325,25 @@ def _qk_norm(norms: dict[str, tuple[torch.Tensor, float]], heads: int, kv_heads:
     if q_eps != k_eps:
         return None
     return torch.stack([q_scale] * heads + [k_scale] * kv_heads)[None, :, None, :], q_eps
+
+
+@dataclass
+class Block:
+    """One sequence's block for ``LeanGemma3.forward_many``: ``ids`` [1, n] after the tokens in
+    ``cache``, the logits of its last ``logits_to_keep`` rows (0: all), ``parents`` for a tree."""
+
+    ids: torch.Tensor
+    cache: LeanCache
+    logits_to_keep: int = 0
+    parents: torch.Tensor | None = None
+
+
+@dataclass
+class _Prepared:
+    n: int
+    cache: LeanCache
+    masks: dict[bool, Any]
+    rope: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 
 class LeanGemma3:
@@ -351,6 +372,7 @@ class LeanGemma3:
         weight = body.embed_tokens.weight
         self.keys_t = weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
         self.dtype, self.device = weight.dtype, weight.device
+        self._batch_rows: dict[int, int] = {}
         self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
@@ -388,51 +410,121 @@ class LeanGemma3:
         """Logits of ``ids`` [1, n] after the cached tokens. ``parents`` [n] (a token tree):
         entry i is the block index of token i's parent, -1 for the last cached token; each
         token then sees the cache and its own ancestors, at the position of its depth."""
-        n = ids.shape[1]
-        past = cache.get_seq_length()
-        x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
-        if parents is None:
-            positions = torch.arange(past, past + n, device=ids.device).unsqueeze(0)
-            masks = self._masks(past, n, x.dtype, x.device)
-        else:
-            ancestors, depth = tree_ancestors(parents)
-            positions = (past + depth).to(ids.device).unsqueeze(0)
-            masks = self._tree_masks(past, ancestors, depth, x.dtype, x.device)
-        rope = {kind: self.rotary(x, positions, kind) for kind in set(self.layer_types)}
-        for layer, kind, layer_cache in zip(self.layers, self.layer_types, cache.layers):
-            residual = x
-            h = _rms(x, *layer.norms["input_layernorm"])
-            h = self._attention(h, layer, rope[kind], masks[layer.sliding], layer_cache)
-            x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
-            residual = x
-            h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
-            gate, up = layer.gate_up(h)
-            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
-            x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
-        x = _rms(x, *self.final_norm)
-        if logits_to_keep:
-            x = x[:, -logits_to_keep:]
-        return self.logits_of(x)[0]
+        return self.forward_many([Block(ids, cache, logits_to_keep, parents)])[0]
 
     __call__ = forward
 
-    def _attention(self, h: torch.Tensor, layer: _Layer, rope: tuple[torch.Tensor, torch.Tensor],
-                   mask: torch.Tensor | None, layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
-        n = h.shape[1]
+    @torch.inference_mode()
+    def forward_many(self, blocks: list[Block]) -> list[torch.Tensor]:
+        """Each block's logits (as ``forward`` gives them), the blocks of several sequences in
+        one pass: their rows share every product, norm and activation (row-wise arithmetic),
+        and only attention runs per block, on the block's own cache. A lone block is computed
+        op for op as before; in a batch a row rounds as alone where the products are
+        row-invariant up to the batch's rows (``rows_invariant_up_to``, which callers check)."""
+        merge = all(b.ids.shape[1] <= MERGE_MAX_TOKENS for b in blocks)  # blocks, not the batch
+        ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
+        x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
+        preps = [self._prepare(b, x) for b in blocks]
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
+            residual = x
+            h = _rms(x, *layer.norms["input_layernorm"])
+            h = self._attention(h, layer, kind, index, preps, merge)
+            x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
+            residual = x
+            h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
+            gate, up = layer.gate_up(h, merge)
+            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
+        x = _rms(x, *self.final_norm)
+        if len(blocks) == 1:
+            keep = blocks[0].logits_to_keep
+            return [self.logits_of(x[:, -keep:] if keep else x)[0]]
+        rows, start = [], 0
+        for b in blocks:
+            n = b.ids.shape[1]
+            keep = b.logits_to_keep or n
+            rows.append(x[:, start + n - keep : start + n])
+            start += n
+        logits = self.logits_of(torch.cat(rows, 1))[0]
+        return list(logits.split([r.shape[1] for r in rows]))
+
+    def batch_rows(self, limit: int) -> int:
+        """The most rows a batch of blocks may hold so that every row rounds as in its own
+        block: the largest M <= ``limit`` for which each product of the model (q/k/v, output,
+        gate/up, down, the output head) gives every row of an M-row block the bits of the same
+        row computed alone (a decode step's form, ``pad_row`` included), for all of 2..M.
+        Kernels are chosen by shape, so one layer's products stand for all; kept per limit."""
+        if limit in self._batch_rows:
+            return self._batch_rows[limit]
+        layer, hidden = self.layers[0], self.embed.weight.shape[1]
+        g = torch.Generator().manual_seed(0)
+
+        def stacked(linears: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+            return lambda x: torch.cat(linears(x, True), -1) if not isinstance(linears, Int8Linear) else linears(x)
+
+        inner = layer.down.weight.shape[1] if hasattr(layer.down, "weight") else layer.down.rows.shape[1]
+        products = [(stacked(layer.qkv), hidden), (layer.o, self.heads * self.head_dim),
+                    (stacked(layer.gate_up), hidden), (layer.down, inner), (self.logits_of, hidden)]  # fmt: skip
+        best = limit
+        with torch.inference_mode():
+            for product, width in products:
+                x = (torch.randn(1, limit, width, generator=g) * torch.logspace(-1, 1, limit)[:, None]).to(self.dtype)
+                alone = [product(x[:, i : i + 1])[0, 0] for i in range(limit)]
+                for m in range(2, best + 1):
+                    block = product(x[:, :m])[0]
+                    if any(not torch.equal(block[i], alone[i]) for i in range(m)):
+                        best = m - 1
+                        break
+        self._batch_rows[limit] = best
+        return best
+
+    def _prepare(self, block: Block, x: torch.Tensor) -> _Prepared:
+        """A block's positions, attention masks and rotary tables."""
+        n = block.ids.shape[1]
+        past = block.cache.get_seq_length()
+        if block.parents is None:
+            positions = torch.arange(past, past + n, device=x.device).unsqueeze(0)
+            masks = self._masks(past, n, x.dtype, x.device)
+        else:
+            ancestors, depth = tree_ancestors(block.parents)
+            positions = (past + depth).to(x.device).unsqueeze(0)
+            masks = self._tree_masks(past, ancestors, depth, x.dtype, x.device)
+        rope = {kind: self.rotary(x[:, :n], positions, kind) for kind in set(self.layer_types)}
+        return _Prepared(n, block.cache, masks, rope)
+
+    def _attention(self, h: torch.Tensor, layer: _Layer, kind: str, index: int, preps: list[_Prepared],
+                   merge: bool) -> torch.Tensor:  # fmt: skip
+        """The attention sublayer of every block: q/k/v and output products over all rows, the
+        rest per block on its own cache."""
+        stacked = layer.qk_norm is not None and merge and layer.qkv.fused
+        qkv = layer.qkv.stacked(h) if stacked else layer.qkv(h, merge)
+        outs, start = [], 0
+        for prep in preps:
+            rows = slice(start, start + prep.n)
+            start += prep.n
+            block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]
+            outs.append(self._attend(block, layer, prep.rope[kind], prep.masks[layer.sliding],
+                                     prep.cache.layers[index]))  # fmt: skip
+        return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+
+    def _attend(self, qkv: torch.Tensor | list[torch.Tensor], layer: _Layer, rope: tuple[torch.Tensor, torch.Tensor],
+                mask: torch.Tensor | None, layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
+        """One block's attention, before the output product: ``qkv`` is the stacked product's
+        rows (queries and key normed and rotated together) or the three projections."""
+        n = qkv.shape[1] if isinstance(qkv, torch.Tensor) else qkv[0].shape[1]
         shape = (1, n, -1, self.head_dim)
         cos, sin = (t.unsqueeze(1) for t in rope)
-        if layer.qk_norm is not None and layer.qkv.merges(h):
+        if isinstance(qkv, torch.Tensor):
             # bf16 blocks: the queries and the key, side by side in the stacked product's output,
             # are normed and rotated together (per row the same arithmetic as apart, bit for bit:
             # tests/test_models_lean.py), which halves the small ops of this part of the layer
-            qkv = layer.qkv.stacked(h)
             columns = (self.heads + self.kv_heads) * self.head_dim
             qk = _rms(qkv[..., :columns].reshape(shape).transpose(1, 2), *layer.qk_norm)
             qk = qk * cos + _rotate_half(qk) * sin
             q, k = qk[:, : self.heads], qk[:, self.heads :]
             v = qkv[..., columns:].reshape(shape).transpose(1, 2)
         else:
-            q, k, v = (t.reshape(shape).transpose(1, 2) for t in layer.qkv(h))
+            q, k, v = (t.reshape(shape).transpose(1, 2) for t in qkv)
             q = _rms(q, *layer.norms["q_norm"])
             k = _rms(k, *layer.norms["k_norm"])
             q = q * cos + _rotate_half(q) * sin
@@ -464,7 +556,7 @@ class LeanGemma3:
             out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
         else:
             out = torch.matmul(weights, values)
-        return layer.o(out.transpose(1, 2).contiguous().reshape(1, n, -1))
+        return out.transpose(1, 2).contiguous().reshape(1, n, -1)
 
     def _masks(self, past: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[bool, Any]:
         """Additive masks {sliding: mask or None} for n queries after ``past`` cached tokens."""

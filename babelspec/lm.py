@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import DynamicCache
@@ -73,13 +74,14 @@ class CausalLM:
     """A causal LM with a KV cache over the tokens forwarded so far (batch size 1)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device | None = None,
-                 forward: str | None = None, quantize: str | None = None) -> None:  # fmt: skip
+                 forward: str | None = None, quantize: str | None = None, lean: Any = None) -> None:  # fmt: skip
         self.model = model.eval()
         self.device = device or next(model.parameters()).device
         # The lean forward where the family has one (Gemma-3: same logits, less framework);
         # ``forward="hf"`` (or BABELSPEC_FORWARD=hf) keeps Hugging Face's. ``quantize`` (a
         # drafter's) runs the layers on int8 copies of their weights, in the lean forward only.
-        self.lean = lean_forward(model, forward, quantize=quantize)
+        # ``lean``: a lean forward to use instead (a slot of a batch: ``babelspec.batching``).
+        self.lean = lean if lean is not None else lean_forward(model, forward, quantize=quantize)
         if quantize is not None and self.lean is None:
             kind = getattr(model.config, "model_type", type(model).__name__)
             raise ValueError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "

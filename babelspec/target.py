@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import torch
 
@@ -14,8 +15,8 @@ class Target(CausalLM):
     """The verifier: prefill the prompt, verify drafted blocks in one forward, roll back."""
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None,
-                 forward: str | None = None):  # fmt: skip
-        super().__init__(model, device, forward)
+                 forward: str | None = None, lean: Any = None):  # fmt: skip
+        super().__init__(model, device, forward, lean=lean)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
 

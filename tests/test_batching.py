@@ -1,0 +1,137 @@
+"""Sequences sharing the target's forwards (``babelspec.batching``) each give exactly what they
+give alone: greedy and seeded sampled outputs, chains, trees and plain decoding, joined and left
+at different steps; a batch never holds more rows than the products keep row-invariant."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+from ngram_tiny import CORPUS, word_tokenizer
+from tiny import tiny_gemma3
+
+from babelspec.batching import SharedForward
+from babelspec.drafters import make_drafter
+from babelspec.engine import generate
+from babelspec.ngram import CountConfig, train
+from babelspec.sampling import SamplingConfig
+from babelspec.target import Target
+
+PROMPTS = [[1, 2, 3, 1, 2], [2, 5, 5, 8, 1, 3, 1, 2, 6], [9, 9, 2], [4, 5, 30, 1, 2, 3]]
+
+
+@pytest.fixture(scope="module")
+def bigram(tmp_path_factory) -> str:
+    """A bigram over the first 7 ids (a word-level corpus): drafts that the target sometimes takes."""
+    path = tmp_path_factory.mktemp("ngram") / "tiny.ngram"
+    train(CORPUS, word_tokenizer(), CountConfig(order=2)).save(path)
+    return str(path)
+
+
+def _model(dtype: torch.dtype) -> torch.nn.Module:
+    model = tiny_gemma3(vocab=64, layers=3, sliding_window=4, seed=1).to(dtype)
+    model.set_attn_implementation("eager")
+    return model
+
+
+def _jobs(path: str) -> list[tuple[str, SamplingConfig, int]]:
+    """(drafter spec, sampling, max new tokens) per sequence: of different lengths, so they
+    leave the batch at different steps."""
+    return [(f"ngram:{path},tree=4", SamplingConfig(greedy=True), 30),
+            ("self:1", SamplingConfig(temperature=1.0, top_k=20, seed=3), 17),
+            ("none", SamplingConfig(temperature=0.8, seed=5), 25),
+            (f"ngram:{path}", SamplingConfig(temperature=1.0, top_p=0.9, repetition_penalty=1.3, seed=7), 40)]
+
+
+def _run_batched(shared: SharedForward, jobs, start_delays=None) -> list[list[int]]:
+    slots = shared.slots(len(jobs))
+    outs: list[list[int] | None] = [None] * len(jobs)
+    errors: list[BaseException] = []
+    go = threading.Barrier(len(jobs))
+
+    def work(i: int) -> None:
+        spec, sampling, n = jobs[i]
+        try:
+            drafter = make_drafter(spec, slots[i])
+            go.wait()
+            if start_delays:
+                threading.Event().wait(start_delays[i])
+            with shared.active():
+                outs[i] = generate(slots[i], drafter, PROMPTS[i], gamma=3, max_new_tokens=n,
+                                   sampling=sampling).token_ids
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    return outs
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_each_batched_sequence_equals_itself_alone(dtype: torch.dtype, bigram: str) -> None:
+    model = _model(dtype)
+    jobs = _jobs(bigram)
+    alone_target = Target(model)
+    alone = [generate(alone_target, make_drafter(spec, alone_target), PROMPTS[i], gamma=3, max_new_tokens=n,
+                      sampling=sampling).token_ids for i, (spec, sampling, n) in enumerate(jobs)]
+    shared = SharedForward(Target(model), max_wait=0.05)
+    assert _run_batched(shared, jobs) == alone
+    if shared.max_rows == 1:  # float32: MKL rounds a lone row (gemv) otherwise than a block's
+        assert set(shared.stats.sizes) == {1}
+        pytest.skip(f"{dtype}: no row-invariant batch on this CPU, so nothing was shared (checked: outputs equal)")
+    assert shared.stats.blocks > shared.stats.forwards  # forwards were shared ...
+    assert max(shared.stats.sizes) >= 3
+    # ... and sequences joining late (while others run) still equal themselves alone
+    late = SharedForward(Target(model), max_wait=0.05)
+    assert _run_batched(late, jobs, start_delays=[0.0, 0.05, 0.1, 0.02]) == alone
+
+
+def test_a_batch_holds_no_more_rows_than_allowed(bigram: str) -> None:
+    model = _model(torch.bfloat16)
+    shared = SharedForward(Target(model), max_rows=1, max_wait=0.05)
+    assert shared.max_rows == 1
+    _run_batched(shared, _jobs(bigram)[:3])
+    assert set(shared.stats.sizes) == {1}  # one block per forward: nothing shared
+
+
+def test_batching_needs_the_lean_forward() -> None:
+    from tiny import tiny_qwen3
+
+    with pytest.raises(ValueError, match="batching needs the lean forward"):
+        SharedForward(Target(tiny_qwen3()))
+
+
+def test_a_shared_forward_gives_each_block_its_own_logits_and_cache_bit_for_bit() -> None:
+    import copy
+
+    from babelspec.lean import Block
+
+    model = _model(torch.bfloat16)
+    lean = Target(model).lean
+    g = torch.Generator().manual_seed(0)
+    caches = []
+    for prefix in (5, 9, 3):  # three sequences at different lengths
+        cache = lean.new_cache()
+        lean.forward(torch.randint(0, 64, (1, prefix), generator=g), cache)
+        caches.append(cache)
+    blocks = [(torch.randint(0, 64, (1, 1), generator=g), 1, None),  # a decode step
+              (torch.randint(0, 64, (1, 4), generator=g), 0, None),  # a verification block
+              (torch.randint(0, 64, (1, 4), generator=g), 0, torch.tensor([-1, 0, 0, 1]))]  # a token tree
+    rows = sum(ids.shape[1] for ids, _, _ in blocks)
+    if lean.batch_rows(rows) < rows:
+        pytest.skip(f"this CPU's bf16 products round rows otherwise in blocks of {rows}")
+    alone_caches = [copy.deepcopy(c) for c in caches]
+    alone = [lean.forward(ids, cache, keep, parents) for (ids, keep, parents), cache in zip(blocks, alone_caches)]
+    shared = lean.forward_many([Block(ids, cache, keep, parents) for (ids, keep, parents), cache in zip(blocks, caches)])
+    for mine, theirs in zip(shared, alone):
+        assert torch.equal(mine, theirs)
+    for mine, theirs in zip(caches, alone_caches):
+        assert mine.get_seq_length() == theirs.get_seq_length()
+        for a, b in zip(mine.layers, theirs.layers):
+            n = a.length
+            assert torch.equal(a.values[:, :, :n], b.values[:, :, :n])
