@@ -34,7 +34,7 @@ MAX_BATCH_ROWS = 32  # rows per shared forward at most (2-16-row blocks of a few
 MAX_WAIT_SECONDS = 0.005  # how long a pending block waits for the other active sequences
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity (its tensors have no truth value)
 class _Pending:
     block: Block
     logits: torch.Tensor | None = None

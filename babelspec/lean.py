@@ -327,7 +327,7 @@ def _qk_norm(norms: dict[str, tuple[torch.Tensor, float]], heads: int, kv_heads:
     return torch.stack([q_scale] * heads + [k_scale] * kv_heads)[None, :, None, :], q_eps
 
 
-@dataclass
+@dataclass(eq=False)
 class Block:
     """One sequence's block for ``LeanGemma3.forward_many``: ``ids`` [1, n] after the tokens in
     ``cache``, the logits of its last ``logits_to_keep`` rows (0: all), ``parents`` for a tree."""

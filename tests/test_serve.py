@@ -33,7 +33,7 @@ def setup(tmp_path_factory):
     servers = {
         "chat": Server("--target", chat, "--drafter", "self:1", "--router", router, "--queue-size", "32",
                        "--request-timeout", "120", log=root / "chat.log"),
-        "base": Server("--target", base, "--queue-size", "1", "--request-timeout", "5",
+        "base": Server("--target", base, "--batch", "1", "--queue-size", "1", "--request-timeout", "5",
                        "--max-body-bytes", "65536", log=root / "base.log"),
     }  # fmt: skip
     # `babelspec generate` with the settings the tests send to the server, in parallel processes.
@@ -231,22 +231,25 @@ def test_metrics_in_prometheus_text(setup, chat_server):
 
 
 def test_load_200_requests_from_16_clients_all_complete(setup, chat_server):
-    """Bounded: 200 short greedy requests, half streamed; none lost, no 5xx, each exactly the
-    answer the same request gets alone."""
+    """Bounded: 200 short requests, greedy and seeded sampling, half streamed, run up to 4 at
+    once sharing forwards; none lost, no 5xx, each exactly the answer the same request gets alone."""
     model = setup["model"]
     prompts = [PROMPT, ENGLISH, AMHARIC, "Once upon a time"]
-    alone = {p: complete(chat_server, model, prompt=p, max_tokens=6, temperature=0)[0] for p in prompts}
+    kinds = [{"temperature": 0}, {"temperature": 1.0, "seed": 11}]
+    alone = {(p, k): complete(chat_server, model, prompt=p, max_tokens=6, **kinds[k])[0]
+             for p in prompts for k in range(len(kinds))}  # fmt: skip
     errors: list[str] = []
-    answers: list[tuple[str, str]] = []
+    answers: list[tuple[tuple[str, int], str]] = []
     lock = threading.Lock()
 
     def one(i: int) -> None:
-        p = prompts[i % len(prompts)]
+        key = (prompts[i % len(prompts)], (i // len(prompts)) % len(kinds))
         try:
-            text, ids, finish, _ = complete(chat_server, model, stream=i % 2 == 1, prompt=p, max_tokens=6, temperature=0)
+            text, ids, finish, _ = complete(chat_server, model, stream=i % 2 == 1, prompt=key[0], max_tokens=6,
+                                            **kinds[key[1]])  # fmt: skip
             assert finish in ("stop", "length") and (finish == "stop" or len(ids) == 6)
             with lock:
-                answers.append((p, text))
+                answers.append((key, text))
         except Exception as err:  # noqa: BLE001 - collected, the test fails below
             with lock:
                 errors.append(f"{type(err).__name__}: {err}")
@@ -255,9 +258,10 @@ def test_load_200_requests_from_16_clients_all_complete(setup, chat_server):
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(one, range(200)))
     assert not errors, errors[:3]
-    assert len(answers) == 200 and all(text == alone[p] for p, text in answers)
+    assert len(answers) == 200 and all(text == alone[key] for key, text in answers)
     assert time.monotonic() - started < 300
-    assert chat_server.health()["queued"] == 0
+    health = chat_server.health()
+    assert health["queued"] == 0 and health["batch"] == 4
 
 
 def test_chat_on_a_base_model_without_template_is_400(setup, base_server):

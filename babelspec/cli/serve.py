@@ -23,6 +23,8 @@ def serve_command(
     max_body_bytes: int = typer.Option(1 << 20, min=1, help="Largest request body; larger ones get 413."),
     served_model_name: str | None = typer.Option(None, help="Model id clients send (default: --target)."),
     threads: int = typer.Option(0, min=0, help="Torch CPU threads (0: torch's default); 1 on a busy shared CPU."),
+    batch: int = typer.Option(4, min=1, help="Requests generated at once, sharing each target forward (bench "
+                              "serve --batch measures it); 1: one at a time."),
 ) -> None:
     """An OpenAI-compatible server (completions, chat, streaming) that drafts per language."""
     import logging
@@ -55,7 +57,7 @@ def serve_command(
                 make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request
         detector = OutputChecker.from_corpora([], use_langid=False).classifier
         worker = Scheduler(tgt, served_model_name or target, drafter=offers, router=router, queue_size=queue_size,
-                           request_timeout=request_timeout, detector=detector)  # fmt: skip
+                           request_timeout=request_timeout, detector=detector, batch=batch)  # fmt: skip
     except APIError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None
@@ -66,6 +68,11 @@ def serve_command(
     offered = ", ".join(f"{name} ({spec})" if name != spec else name for name, spec in worker.offers.items())
     print(f"babelspec serve: {served_model_name or target} on http://{host}:{port}/v1; drafters {offered}, "
           f"default {worker.default_offer}", file=sys.stderr, flush=True)  # fmt: skip
+    if worker.shared is not None:
+        print(f"babelspec serve: up to {worker.batch} requests at once, sharing forwards of up to "
+              f"{worker.shared.max_rows} rows", file=sys.stderr, flush=True)  # fmt: skip
+    else:
+        print("babelspec serve: one request at a time", file=sys.stderr, flush=True)
     if worker.router_path:
         print(f"babelspec serve: auto routes with {worker.router_path}", file=sys.stderr, flush=True)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3)

@@ -170,7 +170,7 @@ def create_app(worker: Scheduler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTE
         return JSONResponse({"status": "ok", "model": model.model_id, "drafter": worker.default_offer,
                              "drafters": list(worker.offers),
                              "running": worker.running, "queued": worker.queued,
-                             "queue_size": worker.queue_size})  # fmt: skip
+                             "queue_size": worker.queue_size, "batch": worker.batch})  # fmt: skip
 
     async def openapi(request: Request):
         from babelspec.serve.schema import openapi as schema

@@ -34,7 +34,7 @@ class Metrics:
         self.acceptance = Gauge("babelspec_acceptance", "Acceptance α = accepted / (accepted + rejections) "
                                 "over all requests so far, per language and drafter", ["lang", "drafter"], registry=r)  # fmt: skip
         self.queue_length = Gauge("babelspec_queue_length", "Requests waiting for the engine", registry=r)
-        self.running = Gauge("babelspec_running", "Requests on the engine now (0 or 1)", registry=r)
+        self.running = Gauge("babelspec_running", "Requests being generated now (at most the server's --batch)", registry=r)
         self.latency = Histogram("babelspec_request_seconds", "From arrival to the last token, completed "
                                  "generations", ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
         self._lock = threading.Lock()

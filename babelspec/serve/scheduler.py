@@ -1,9 +1,13 @@
-"""One model in memory, a bounded queue in front of it, and the engine thread behind it.
+"""One model in memory, a bounded queue in front of it, and the engine threads behind it.
 
-Requests run one at a time on a single thread (the model and its KV cache are shared), in
-arrival order. A request is refused with 429 when ``queue_size`` are already waiting; it is
-ended at its deadline (``request_timeout``), and when its client goes away the engine stops
-it at the next speculative step (``engine.generate``'s ``on_block`` returns true).
+Up to ``batch`` requests run at once, each on its own engine thread with its own KV cache
+(a slot of ``batching.SharedForward``): their decode rows and verification blocks share each
+target forward, and requests join and leave between steps; each one's output is what it would
+be alone. With ``batch=1`` (or a target whose forward cannot batch) requests take turns on one
+sequence. Waiting requests start in arrival order. A request is refused with 429 when
+``queue_size`` are already waiting; it is ended at its deadline (``request_timeout``), and when
+its client goes away the engine stops it at the next speculative step (``engine.generate``'s
+``on_block`` returns true).
 
 The drafter of a request is built as ``babelspec generate`` builds it (the drafter registry,
 the same context), so the same seed gives the same tokens. With ``auto`` the router's route
@@ -17,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import queue
 import threading
 import time
 import traceback
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,10 +137,11 @@ def detect_language(classifier: Any, text: str) -> str | None:
 class Scheduler:
     def __init__(self, target: Any, model_id: str, *, drafter: str | list[str] | dict[str, str] = "none",
                  router: str | None = None, queue_size: int = 16, request_timeout: float = 600.0,
-                 detector: Any = None, metrics: Metrics | None = None) -> None:  # fmt: skip
+                 detector: Any = None, metrics: Metrics | None = None, batch: int = 1) -> None:  # fmt: skip
         """``drafter``: the drafters requests may choose from, fixed here (``parse_offers``);
         ``router``: the router of ``auto``, loaded here (else an ``auto:PATH`` entry's, else the
-        installed default where ``auto`` is offered)."""
+        installed default where ``auto`` is offered); ``batch``: requests that run at once,
+        sharing each target forward (``batching``; 1 where the target's forward cannot)."""
         self.target, self.model_id = target, model_id
         self.offers = parse_offers(drafter)
         self.default_offer = next(iter(self.offers))
@@ -153,7 +160,24 @@ class Scheduler:
         self.detector = detector
         self.metrics = metrics or Metrics()
         self.model = ModelInfo(model_id, target.tokenizer, getattr(target, "max_context", None))
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="babelspec-engine")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.shared = None
+        slots = [target]
+        if batch > 1:
+            from babelspec.batching import SharedForward
+
+            try:
+                self.shared = SharedForward(target)
+            except ValueError as err:
+                log.warning("requests run one at a time: %s", err)
+            else:
+                slots = self.shared.slots(batch)
+        self.batch = len(slots)
+        self._slots: queue.SimpleQueue = queue.SimpleQueue()
+        for i, slot in enumerate(slots):
+            self._slots.put((i, slot))
+        self._executor = ThreadPoolExecutor(max_workers=self.batch, thread_name_prefix="babelspec-engine")
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self.admitted = 0  # waiting + running
@@ -177,7 +201,7 @@ class Scheduler:
         job = Job(request, endpoint, asyncio.get_running_loop(), drafting=self.resolve(request))
         job.deadline = job.arrived + self.request_timeout
         with self._lock:
-            if self.admitted >= self.queue_size + 1:  # the running request + queue_size waiting
+            if self.admitted >= self.queue_size + self.batch:  # the running requests + queue_size waiting
                 wait = max(1, math.ceil(self._seconds_per_request * (self.queued + 1)))
                 raise APIError(429, f"the server's queue is full ({self.queue_size} requests waiting); retry "
                                f"after {wait} s", type_="rate_limit_error", code="queue_full",
@@ -231,21 +255,26 @@ class Scheduler:
                    "predicted_speedup": route.predicted_speedup if math.isfinite(route.predicted_speedup) else None}  # fmt: skip
         return d
 
-    def _drafter(self, d: Drafting, task: str | None) -> Any:
+    def _drafter(self, d: Drafting, task: str | None, slot: int, target: Any) -> Any:
+        """The request's drafter, built for the slot's target (a drafter holds one sequence's
+        state, so each slot has its own), kept for reuse."""
         from babelspec.drafters import make_drafter
 
-        key = (d.spec, d.lang, task)
-        if key in self._drafters:
-            self._drafters.move_to_end(key)
-            return self._drafters[key]
+        key = (slot, d.spec, d.lang, task)
+        with self._lock:
+            drafter = self._drafters.get(key)
+            if drafter is not None:
+                self._drafters.move_to_end(key)
+                return drafter
         context = {k: v for k, v in (("lang", d.lang), ("task", task)) if v is not None}
         try:
-            drafter = make_drafter(d.spec, self.target, **context)
+            drafter = make_drafter(d.spec, target, **context)
         except (ValueError, FileNotFoundError) as err:
             raise bad("drafter", f"cannot build drafter {d.spec!r}: {err}") from None
-        self._drafters[key] = drafter
-        while len(self._drafters) > DRAFTER_CACHE_SIZE:
-            self._drafters.popitem(last=False)
+        with self._lock:
+            self._drafters[key] = drafter
+            while len(self._drafters) > DRAFTER_CACHE_SIZE * self.batch:
+                self._drafters.popitem(last=False)
         return drafter
 
     # --- the engine thread ---
@@ -255,6 +284,7 @@ class Scheduler:
         req = job.request
         started = time.monotonic()
         outcome_kind = "error"
+        slot = None
         try:
             if job.cancelled.is_set() or self._closing.is_set():
                 outcome_kind = "cancelled"
@@ -263,13 +293,15 @@ class Scheduler:
                 outcome_kind = "timeout"
                 job.emit("error", timeout_error(self.request_timeout))
                 return
+            slot = self._slots.get()  # one is free: no more engine threads than slots
+            index, target = slot
             with self._lock:
-                self.running = 1
-                self.metrics.running.set(1)
+                self.running += 1
+                self.metrics.running.set(self.running)
                 self.metrics.queue_length.set(self.queued)
             job.emit("started")
             d = job.drafting
-            drafter = self._drafter(d, req.task)
+            drafter = self._drafter(d, req.task, index, target)
             d.name = getattr(drafter, "name", d.spec)
             # as `babelspec generate`: without a gamma, the drafter's preferred one, else 4
             gamma = resolve_gamma(req.gamma, drafter)
@@ -280,8 +312,9 @@ class Scheduler:
                 job.emit("block", ids)
                 return job.cancelled.is_set() or self._closing.is_set() or time.monotonic() > job.deadline
 
-            result = generate(self.target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
-                              sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
+            with self.shared.active() if self.shared is not None else nullcontext():
+                result = generate(target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
+                                  sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
             lang = d.lang or "unknown"
             self.metrics.choice.labels(lang, d.offer).inc()
             self.metrics.generation(lang, d.offer, result)
@@ -309,10 +342,13 @@ class Scheduler:
             self.metrics.generations.labels(outcome_kind).inc()
             with self._lock:
                 self.admitted -= 1
-                self.running = 0
+                if slot is not None:
+                    self.running -= 1
+                    self._slots.put(slot)
                 elapsed = time.monotonic() - started
-                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * elapsed
-                self.metrics.running.set(0)
+                # a request's share of the engine, for Retry-After: its time over the requests at once
+                self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * elapsed / self.batch
+                self.metrics.running.set(self.running)
                 self.metrics.queue_length.set(self.queued)
 
     def close(self) -> None:
