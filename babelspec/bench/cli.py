@@ -275,11 +275,20 @@ def bench_serve_command(
     langs: str = typer.Option("npi,amh,yor", help="Languages of the prompts (translation task), detected by the server."),
     port: int = typer.Option(0, help="Port (0: a free one)."),
     threads: int = typer.Option(0, min=0, help="The server's torch CPU threads (0: torch's default)."),
+    batch: str = typer.Option("4", help="Comma-separated server batch sizes (one server each, compared side by "
+                              "side), e.g. 1,4."),
 ) -> None:
     """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
     from babelspec.bench.serve import bench_serve
 
+    try:
+        batches = [int(b) for b in batch.split(",") if b.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"--batch takes comma-separated integers, got {batch!r}") from None
+    if not batches or min(batches) < 1:
+        raise typer.BadParameter(f"--batch takes sizes of at least 1, got {batch!r}")
     figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
                           clients=clients, requests=requests, max_tokens=max_tokens,
-                          langs=[x for x in langs.split(",") if x], port=port, threads=threads)  # fmt: skip
+                          langs=[x for x in langs.split(",") if x], port=port, threads=threads,
+                          batches=batches)  # fmt: skip
     typer.echo(json.dumps(figures))

@@ -42,9 +42,9 @@ def _prompts(target: str, langs: list[str], n: int) -> list[tuple[str, str]]:
 
 
 def _start(target: str, drafters: list[str], router: str | None, port: int, queue: int,
-           threads: int) -> subprocess.Popen:  # fmt: skip
+           threads: int, batch: int) -> subprocess.Popen:  # fmt: skip
     cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port), "--queue-size",
-           str(queue), "--threads", str(threads)] + (["--router", router] if router else [])  # fmt: skip
+           str(queue), "--threads", str(threads), "--batch", str(batch)] + (["--router", router] if router else [])  # fmt: skip
     for spec in drafters:  # the server offers exactly the drafters compared, each named by its spec
         cmd += ["--drafter", spec]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -63,62 +63,84 @@ def _start(target: str, drafters: list[str], router: str | None, port: int, queu
 
 def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None, router: str | None = None,
                 clients: int = 4, requests: int = 16, max_tokens: int = 32, langs: list[str] | None = None,
-                port: int = 0, threads: int = 0) -> dict:  # fmt: skip
+                port: int = 0, threads: int = 0, batches: list[int] | None = None) -> dict:  # fmt: skip
+    """Per server batch size (``batches``: one server each, all up at once, their rounds
+    interleaved so a busy machine slows each alike) and drafter: latency and tokens/s."""
     import openai
 
     drafters = drafters or ["none", "auto"]
     langs = langs or ["npi", "amh", "yor"]
+    batches = batches or [4]
     prompts = _prompts(target, langs, max(len(langs), requests // 4))
-    port = port or _free_port()
     load_before = os.getloadavg()
-    proc = _start(target, drafters, router, port, queue=2 * clients, threads=threads)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=3600)
-    records: dict[str, list[dict]] = {d: [] for d in drafters}
-    walls: dict[str, float] = dict.fromkeys(drafters, 0.0)
+    servers: dict[int, tuple[subprocess.Popen, openai.OpenAI]] = {}
+    cells = [(b, d) for b in batches for d in drafters]
+    records: dict[tuple[int, str], list[dict]] = {c: [] for c in cells}
+    walls: dict[tuple[int, str], float] = dict.fromkeys(cells, 0.0)
 
-    def one(drafter: str, i: int, tokens: int = max_tokens) -> dict:
+    def one(batch: int, drafter: str, i: int, tokens: int = max_tokens) -> dict:
         lang, prompt = prompts[i % len(prompts)]
         started = time.perf_counter()
-        r = client.completions.create(model=target, prompt=prompt, max_tokens=tokens, seed=i,
-                                      extra_body={"drafter": drafter})  # fmt: skip
+        r = servers[batch][1].completions.create(model=target, prompt=prompt, max_tokens=tokens, seed=i,
+                                                 extra_body={"drafter": drafter})  # fmt: skip
         extra = r.model_extra["babelspec"]
         return {"lang": lang, "latency": time.perf_counter() - started, "tokens": r.usage.completion_tokens,
-                "alpha": extra["alpha"], "drafter": extra["drafter_name"], "detected": extra["detected_lang"]}  # fmt: skip
+                "alpha": extra["alpha"], "drafter": extra["drafter_name"], "detected": extra["detected_lang"],
+                "text": r.choices[0].text, "request": i}  # fmt: skip
 
     try:
-        for d in drafters:  # warm-up: builds each drafter for each language, outside the timing
+        for b in batches:
+            p = (port + len(servers)) if port else _free_port()
+            proc = _start(target, drafters, router, p, queue=2 * clients, threads=threads, batch=b)
+            servers[b] = (proc, openai.OpenAI(base_url=f"http://127.0.0.1:{p}/v1", api_key="unused",
+                                              max_retries=0, timeout=3600))  # fmt: skip
+        for b, d in cells:  # warm-up: builds each drafter for each language, outside the timing
             for i in range(len(prompts)):
-                one(d, i, tokens=2)
+                one(b, d, i, tokens=2)
         per_round = max(1, requests // ROUNDS)
         with ThreadPoolExecutor(clients) as pool:
             for r in range(ROUNDS):
-                for d in drafters:
+                for b, d in (cells if r % 2 == 0 else cells[::-1]):
                     started = time.perf_counter()
-                    records[d] += pool.map(lambda i, d=d: one(d, i), range(r * per_round, (r + 1) * per_round))
-                    walls[d] += time.perf_counter() - started
+                    records[(b, d)] += pool.map(lambda i, b=b, d=d: one(b, d, i),
+                                                range(r * per_round, (r + 1) * per_round))  # fmt: skip
+                    walls[(b, d)] += time.perf_counter() - started
     finally:
-        proc.terminate()
-        proc.wait(30)
+        for proc, _ in servers.values():
+            proc.terminate()
+            proc.wait(30)
     figures: dict = {
         "target": target, "clients": clients, "requests_per_drafter": per_round * ROUNDS, "max_tokens": max_tokens,
-        "languages": langs, "server_threads": threads or "torch default", "sampling": "paper (top-k 100, top-p 0.9, penalty 1.1/16), seed = request index",
+        "languages": langs, "server_threads": threads or "torch default", "batches": batches,
+        "sampling": "paper (top-k 100, top-p 0.9, penalty 1.1/16), seed = request index",
         "machine": {"cpus": os.cpu_count(), "load_average_before": [round(x, 2) for x in load_before],
                     "load_average_after": [round(x, 2) for x in os.getloadavg()]},
     }  # fmt: skip
-    for d in drafters:
-        rec = records[d]
+    for b, d in cells:
+        rec = records[(b, d)]
         latencies = [x["latency"] for x in rec]
         alphas = [x["alpha"] for x in rec if x["alpha"] is not None]
-        figures[d] = {
+        entry = {
             "p50_latency_s": round(statistics.median(latencies), 3),
             "p99_latency_s": round(_percentile(latencies, 0.99), 3),
-            "tokens_per_s": round(sum(x["tokens"] for x in rec) / walls[d], 2),
-            "tokens": sum(x["tokens"] for x in rec), "wall_s": round(walls[d], 2),
+            "tokens_per_s": round(sum(x["tokens"] for x in rec) / walls[(b, d)], 2),
+            "tokens": sum(x["tokens"] for x in rec), "wall_s": round(walls[(b, d)], 2),
             "mean_alpha": round(statistics.mean(alphas), 3) if alphas else None,
             "drafter_by_lang": {lang: sorted({x["drafter"] for x in rec if x["lang"] == lang}) for lang in langs},
             "detected_by_lang": {lang: sorted({str(x["detected"]) for x in rec if x["lang"] == lang}) for lang in langs},
         }  # fmt: skip
-    if len(drafters) == 2:
+        if b != batches[0]:  # the same seeded requests answered alike by every batch size
+            first = {x["request"]: x["text"] for x in records[(batches[0], d)]}
+            entry["answers_equal_to_batch_" + str(batches[0])] = all(x["text"] == first[x["request"]] for x in rec)
+        if len(batches) == 1:
+            figures[d] = entry
+        else:
+            figures.setdefault(f"batch {b}", {})[d] = entry
+    if len(batches) == 1 and len(drafters) == 2:
         a, b = drafters
         figures[f"tokens_per_s_{b}_over_{a}"] = round(figures[b]["tokens_per_s"] / figures[a]["tokens_per_s"], 3)
+    for b in batches[1:]:
+        figures[f"tokens_per_s_batch_{b}_over_{batches[0]}"] = {
+            d: round(figures[f"batch {b}"][d]["tokens_per_s"] / figures[f"batch {batches[0]}"][d]["tokens_per_s"], 3)
+            for d in drafters}  # fmt: skip
     return figures
