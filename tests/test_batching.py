@@ -135,3 +135,44 @@ def test_a_shared_forward_gives_each_block_its_own_logits_and_cache_bit_for_bit(
         for a, b in zip(mine.layers, theirs.layers):
             n = a.length
             assert torch.equal(a.values[:, :, :n], b.values[:, :, :n])
+
+
+def test_batched_requests_on_the_default_model_equal_each_alone(tmp_path) -> None:
+    """The real target in its default dtype (bf16 where the CPU has it) and real drafters: four
+    translation requests, greedy and under the paper's sampling, decoded at once sharing the
+    forwards, give each the tokens it gives alone."""
+    from babelspec.data.corpus import monolingual
+    from babelspec.data.tasks import get_task
+    from babelspec.models import DEFAULT_TARGET
+    from babelspec.target import load_target
+
+    target = load_target(DEFAULT_TARGET)
+    bigram = tmp_path / "yor.ngram"
+    train(monolingual("yor", "train"), target.tokenizer, CountConfig(order=2)).save(bigram)
+    prompts = [target.tokenizer(p.text).input_ids for lang in ("yor", "npi", "amh", "yor")
+               for p in get_task("translation").prompts(lang, target.tokenizer, 1)][:4]  # fmt: skip
+    jobs = [(f"ngram:{bigram}", SamplingConfig.paper(seed=1, greedy=True)),
+            (f"ngram:{bigram}", SamplingConfig.paper(seed=2)),
+            ("self:6", SamplingConfig.paper(seed=3)),
+            ("none", SamplingConfig.paper(seed=4))]
+    alone = [generate(target, make_drafter(spec, target), prompts[i], gamma=4, max_new_tokens=24,
+                      sampling=sampling).token_ids for i, (spec, sampling) in enumerate(jobs)]  # fmt: skip
+    shared = SharedForward(target, max_wait=0.05)
+    if shared.max_rows < 2:
+        pytest.skip(f"{target.model.dtype}: no row-invariant batch on this CPU")
+    slots = shared.slots(len(jobs))
+    drafters = [make_drafter(spec, slot) for (spec, _), slot in zip(jobs, slots)]
+    outs: list = [None] * len(jobs)
+
+    def work(i: int) -> None:
+        with shared.active():
+            outs[i] = generate(slots[i], drafters[i], prompts[i], gamma=4, max_new_tokens=24,
+                               sampling=jobs[i][1]).token_ids
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert outs == alone
+    assert shared.stats.blocks > shared.stats.forwards

@@ -82,6 +82,17 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
+def _counts(name: str, value: str) -> list[int]:
+    """Comma-separated positive integers, e.g. ``1,4,16``."""
+    try:
+        counts = [int(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{name} takes comma-separated integers, got {value!r}") from None
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(f"{name} takes counts of at least 1, got {value!r}")
+    return counts
+
+
 @bench_app.command("peers")
 def bench_peers(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
@@ -269,8 +280,8 @@ def bench_serve_command(
     target: str = typer.Option("gemma-3-270m", help="Target model."),
     drafters: str = typer.Option("none,auto", help="Comma-separated drafter specs to compare (one server)."),
     router: str | None = typer.Option(None, help="Router file for auto."),
-    clients: int = typer.Option(4, min=1, help="Concurrent clients."),
-    requests: int = typer.Option(16, min=1, help="Requests per drafter."),
+    clients: str = typer.Option("4", help="Concurrent clients; comma-separated counts are compared, e.g. 1,4,16."),
+    requests: int = typer.Option(16, min=1, help="Requests per cell (batch size, clients, drafter)."),
     max_tokens: int = typer.Option(32, min=1, help="Tokens per request."),
     langs: str = typer.Option("npi,amh,yor", help="Languages of the prompts (translation task), detected by the server."),
     port: int = typer.Option(0, help="Port (0: a free one)."),
@@ -281,14 +292,9 @@ def bench_serve_command(
     """Latency (p50, p99) and tokens/s of a real server under concurrent clients, per drafter."""
     from babelspec.bench.serve import bench_serve
 
-    try:
-        batches = [int(b) for b in batch.split(",") if b.strip()]
-    except ValueError:
-        raise typer.BadParameter(f"--batch takes comma-separated integers, got {batch!r}") from None
-    if not batches or min(batches) < 1:
-        raise typer.BadParameter(f"--batch takes sizes of at least 1, got {batch!r}")
+    batches, client_counts = _counts("--batch", batch), _counts("--clients", clients)
     figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
-                          clients=clients, requests=requests, max_tokens=max_tokens,
+                          clients=client_counts, requests=requests, max_tokens=max_tokens,
                           langs=[x for x in langs.split(",") if x], port=port, threads=threads,
                           batches=batches)  # fmt: skip
     typer.echo(json.dumps(figures))
