@@ -38,3 +38,16 @@ def test_sampling_is_seeded(llama) -> None:
 def test_a_model_without_a_gguf_is_refused_with_a_reason(tmp_path) -> None:
     with pytest.raises(LlamaCppUnavailable, match="has no GGUF file"):
         gguf_for("qwen3.5-9b", tmp_path)
+
+
+def test_the_prompt_lookup_peer_decodes_greedily_as_plain_llama_cpp(llama) -> None:
+    """llama-cpp-python's own speculative prompt lookup, the peer babelspec is measured against:
+    under greedy decoding it must give plain llama.cpp's tokens (a repetitive prompt, so drafts
+    are found and tried)."""
+    lookup = open_llama_cpp(DEFAULT_TARGET, threads=1, n_ctx=256, lookup=5)
+    try:
+        ids = load_tokenizer(DEFAULT_TARGET)("one two three four, one two three four, one two three")["input_ids"]
+        assert lookup.generate(ids, 12, greedy=True) == llama.generate(ids, 12, greedy=True)
+        assert "LlamaPromptLookupDecoding drafting 5 tokens" in lookup.description
+    finally:
+        lookup.close()

@@ -109,6 +109,8 @@ def bench_peers(
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
     llama_cpp: bool = typer.Option(True, help="Also time llama.cpp plain decoding of the same GGUF (needs llama-cpp-python)."),
+    llama_cpp_lookup: int = typer.Option(10, min=0, help="And llama.cpp with llama-cpp-python's prompt-lookup "
+                                         "drafter (LlamaPromptLookupDecoding), drafting this many tokens; 0: not."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
@@ -136,6 +138,7 @@ def bench_peers(
         task=task,
         dtype=dtype,
         llama_cpp=llama_cpp,
+        llama_cpp_lookup=llama_cpp_lookup,
     )
     try:
         result = peers(cfg)
@@ -245,7 +248,7 @@ def bench_quant(
     prompts_per_lang: int = typer.Option(4, help="FLORES-200 test sentences per language."),
     max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
     gamma: int = typer.Option(4, help="Tokens drafted per step."),
-    drafters: str = typer.Option("head,int8,bigram", help="Comma-separated drafter specs; 'head', 'int8' and "
+    drafters: str = typer.Option("head,int8,int8:12@,bigram", help="Comma-separated drafter specs; 'head', 'int8' and "
                                  "'int8:K@' take each prompt's language, 'bigram' is the corpus bigram."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "

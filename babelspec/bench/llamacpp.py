@@ -1,4 +1,5 @@
-"""llama.cpp plain decoding of the same GGUF, as a peer in ``babelspec bench peers``.
+"""llama.cpp decoding of the same GGUF, as a peer in ``babelspec bench peers``: plain, and with
+llama-cpp-python's own speculative prompt lookup (``LlamaPromptLookupDecoding``).
 
 Needs the optional ``llama-cpp-python`` package (``pip install 'babelspec[llamacpp]'``; it
 builds from source with a C++ compiler). Token ids in, token ids out, so the prompts are
@@ -36,7 +37,7 @@ def gguf_for(spec: str, workdir: Path) -> Path:
 class LlamaCppModel:
     """A llama.cpp context over a GGUF: greedy or top-k/top-p sampled continuation of token ids."""
 
-    def __init__(self, llama: Any, gguf: Path, threads: int, stack: ExitStack) -> None:
+    def __init__(self, llama: Any, gguf: Path, threads: int, stack: ExitStack, lookup: int = 0) -> None:
         self.llama = llama
         self.gguf = gguf
         self.threads = threads
@@ -44,6 +45,8 @@ class LlamaCppModel:
         import llama_cpp
 
         self.description = f"llama-cpp-python {llama_cpp.__version__}, {gguf.name}, {threads} threads"
+        if lookup:
+            self.description += f", LlamaPromptLookupDecoding drafting {lookup} tokens"
 
     def generate(self, ids: list[int], max_new_tokens: int, greedy: bool = True, seed: int = 0) -> list[int]:
         """The generated token ids (an EOS that ends generation included), prompt excluded."""
@@ -83,9 +86,10 @@ def smoke_test(spec: str) -> None:
         raise LlamaCppUnavailable(f"llama.cpp failed on {spec!r}: {proc.stderr.strip()[-300:]}")
 
 
-def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048) -> LlamaCppModel:
+def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048, lookup: int = 0) -> LlamaCppModel:
     """A ``LlamaCppModel`` for a packaged preset or a .gguf path, on ``threads`` CPU threads,
-    after a smoke test in a child process."""
+    after a smoke test in a child process. ``lookup`` > 0: llama-cpp-python's speculative
+    decoding with its prompt-lookup draft model, ``lookup`` tokens drafted per step."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError as err:
@@ -95,19 +99,24 @@ def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048) -> LlamaCppModel:
     with tempfile.TemporaryDirectory(prefix="babelspec-gguf-") as tmp:
         gguf_for(spec, Path(tmp))  # a spec without a GGUF is refused before any child runs
     smoke_test(spec)
-    return _open(spec, threads, n_ctx)
+    return _open(spec, threads, n_ctx, lookup)
 
 
-def _open(spec: str, threads: int, n_ctx: int) -> LlamaCppModel:
+def _open(spec: str, threads: int, n_ctx: int, lookup: int = 0) -> LlamaCppModel:
     from llama_cpp import Llama
 
     stack = ExitStack()
     workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="babelspec-gguf-")))
     try:
         gguf = gguf_for(spec, workdir)
+        draft = {}
+        if lookup:
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            draft = {"draft_model": LlamaPromptLookupDecoding(num_pred_tokens=lookup)}
         llama = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                      n_batch=512, verbose=False, logits_all=False)
+                      n_batch=512, verbose=False, logits_all=False, **draft)
     except BaseException:
         stack.close()
         raise
-    return LlamaCppModel(llama, gguf, threads, stack)
+    return LlamaCppModel(llama, gguf, threads, stack, lookup)

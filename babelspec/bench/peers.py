@@ -26,6 +26,7 @@ DEFAULT_LANGS = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", 
 QUICK_LANGS = ("amh", "npi", "yor")
 PREFIX_WORDS = 12
 LLAMA_CPP = "llama.cpp-plain"
+LLAMA_CPP_LOOKUP = "llama.cpp-prompt-lookup"  # llama-cpp-python's LlamaPromptLookupDecoding
 
 
 def default_drafters(n_layers: int) -> list[str]:
@@ -265,6 +266,7 @@ class PeersConfig:
     threads: int | None = None
     dtype: str = "auto"  # babelspec and HF alike: auto | bfloat16 | float32
     llama_cpp: bool = True  # also llama.cpp plain decoding of the same GGUF, if installed
+    llama_cpp_lookup: int = 10  # and its prompt-lookup speculative decoding, drafting this many (0: not)
 
 
 def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig, greedy: bool,
@@ -274,8 +276,8 @@ def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig,
 
     t0 = time.perf_counter()
     extra: dict[str, Any] = {}
-    if method == LLAMA_CPP:
-        tokens = llama.generate(item.ids, cfg.max_new_tokens, greedy, seed)
+    if method in (LLAMA_CPP, LLAMA_CPP_LOOKUP):
+        tokens = llama[method].generate(item.ids, cfg.max_new_tokens, greedy, seed)
     elif method == "hf-plain":
         tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed)
     elif method == "hf-prompt-lookup":
@@ -309,13 +311,17 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         torch.set_num_threads(cfg.threads)
     target = load_target(cfg.target, dtype=cfg.dtype)
     tokenizer = target.tokenizer
-    llama, llama_note = None, "not requested"
+    llama: dict[str, Any] = {}  # method -> LlamaCppModel
+    llama_note = "not requested"
     if cfg.llama_cpp:
         from babelspec.bench.llamacpp import LlamaCppUnavailable, open_llama_cpp
 
         try:
-            llama = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
-            llama_note = llama.description
+            llama[LLAMA_CPP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
+            if cfg.llama_cpp_lookup:
+                llama[LLAMA_CPP_LOOKUP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads(),
+                                                         lookup=cfg.llama_cpp_lookup)  # fmt: skip
+            llama_note = "; ".join(m.description for m in llama.values())
         except LlamaCppUnavailable as err:
             llama_note = f"skipped: {err}"
     specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
@@ -331,8 +337,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     if cfg.assistant:
         assistant = truncated_model(target.model, int(cfg.assistant.removeprefix("self:")))
         methods.append("hf-assisted")
-    if llama is not None:
-        methods.append(LLAMA_CPP)
+    methods += list(llama)
     methods += ["babelspec:none"] + [f"babelspec:{s}" for s in specs]
 
     records: list[dict] = []
@@ -366,8 +371,8 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     out = summarise(records, cfg, methods, prompts, time.perf_counter() - started)
     out["execution"] = execution_info(target)
     out["llama_cpp"] = llama_note
-    if llama is not None:
-        llama.close()
+    for model in llama.values():
+        model.close()
     return out
 
 
@@ -382,7 +387,7 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
     }
     key = lambda r: (r["mode"], r["rep"], r["prompt"])  # noqa: E731
     base = {key(r): r for r in records if r["method"] == "hf-plain"}
-    llama = {key(r): r for r in records if r["method"] == LLAMA_CPP}
+    peer_runs = {peer: {key(r): r for r in records if r["method"] == peer} for peer in (LLAMA_CPP, LLAMA_CPP_LOOKUP)}
     for mode in cfg.modes:
         rows = [r for r in records if r["mode"] == mode]
         table: dict[str, Any] = {}
@@ -403,10 +408,11 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                 "per_lang_ratio": {lang: _median([x for x, r in zip(ratios, mine) if r["lang"] == lang])
                                    for lang in cfg.langs},
             }
-            if LLAMA_CPP in methods:
-                entry["ratio_to_llama_cpp"] = _median(
-                    [(r["tokens"] / r["seconds"]) / (llama[key(r)]["tokens"] / llama[key(r)]["seconds"])
-                     for r in mine if key(r) in llama])
+            for peer, name in ((LLAMA_CPP, "ratio_to_llama_cpp"), (LLAMA_CPP_LOOKUP, "ratio_to_llama_cpp_lookup")):
+                if peer in methods:
+                    runs = peer_runs[peer]
+                    entry[name] = _median([(r["tokens"] / r["seconds"]) / (runs[key(r)]["tokens"] / runs[key(r)]["seconds"])
+                                           for r in mine if key(r) in runs])  # fmt: skip
             if mine and "alpha" in mine[0]:
                 entry["alpha"] = _median([r["alpha"] for r in mine])
                 entry["c"] = _median([r["c"] for r in mine])
@@ -423,11 +429,12 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                 best[lang] = {"best": top, "ratio": scores[top], "hf_prompt_lookup": lookup,
                               "beats_prompt_lookup": lookup is not None and scores[top] > lookup}
         table["_best_drafter_per_lang"] = best
-        if LLAMA_CPP in methods and drafted:
-            top = max(drafted, key=lambda m: table[m]["ratio_to_llama_cpp"] or 0.0)
-            table["_best_babelspec_vs_llama_cpp"] = {
-                "best": top, "ratio": table[top]["ratio_to_llama_cpp"],
-                "plain_ratio": table["babelspec:none"]["ratio_to_llama_cpp"]}
+        for peer, name in ((LLAMA_CPP, "llama_cpp"), (LLAMA_CPP_LOOKUP, "llama_cpp_lookup")):
+            if peer in methods and drafted:
+                top = max(drafted, key=lambda m: table[m][f"ratio_to_{name}"] or 0.0)
+                table[f"_best_babelspec_vs_{name}"] = {
+                    "best": top, "ratio": table[top][f"ratio_to_{name}"],
+                    "plain_ratio": table["babelspec:none"][f"ratio_to_{name}"]}
         out["modes"][mode] = table
     none_ratios = [out["modes"][m]["babelspec:none"]["ratio_to_hf_plain"] for m in cfg.modes]
     out["goal_none_ratio_ge_0.95"] = all(r is not None and r >= 0.95 for r in none_ratios)

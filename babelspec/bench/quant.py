@@ -32,7 +32,7 @@ class QuantBenchConfig:
     max_new_tokens: int = 48
     gamma: int = 4
     # "head" and "int8..." take each prompt's language; "bigram" is the corpus bigram as shipped
-    drafters: tuple[str, ...] = ("head", "int8", "bigram")
+    drafters: tuple[str, ...] = ("head", "int8", "int8:12@", "bigram")
     modes: tuple[str, ...] = ("greedy", "sample")
     data_root: str = ""
     dtype: str = "auto"
