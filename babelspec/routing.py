@@ -122,19 +122,30 @@ _PATH_PREFIXES = ("ngram", "distilled")
 
 
 def _relative_spec(spec: str, base: Path) -> str:
+    """A route's file as a path relative to the router's folder. A spec's relative path is one
+    the drafter opens from the working directory (``babelspec run -o runs/X`` writes such), so it
+    is made absolute from there first."""
     prefix, _, arg = spec.partition(":")
-    if prefix in _PATH_PREFIXES and arg and Path(arg).is_absolute():
+    if prefix in _PATH_PREFIXES and arg:
+        path, _, options = arg.partition(",")
         try:
-            return f"{prefix}:{os.path.relpath(arg, base)}"
+            relative = os.path.relpath(Path(path).resolve(), base.resolve())
         except ValueError:  # another drive
             return spec
+        return f"{prefix}:{relative}" + (f",{options}" if options else "")
     return spec
 
 
 def _absolute_spec(spec: str, base: Path) -> str:
+    """A route's file as an absolute path: relative to the router's folder, or, in router files
+    written before that rule, relative to the working directory where only that path exists."""
     prefix, _, arg = spec.partition(":")
     if prefix in _PATH_PREFIXES and arg and not Path(arg).is_absolute():
-        return f"{prefix}:{(base / arg).resolve()}"
+        path, _, options = arg.partition(",")
+        found = (base / path).resolve()
+        if not found.exists() and Path(path).exists():
+            found = Path(path).resolve()
+        return f"{prefix}:{found}" + (f",{options}" if options else "")
     return spec
 
 

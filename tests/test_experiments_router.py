@@ -75,6 +75,25 @@ def test_save_load_round_trip_with_relative_paths(tmp_path, records):
     assert [r.drafter for r in back.routes] == [r.drafter for r in router.routes]
 
 
+def test_a_run_written_with_a_relative_folder_routes_to_its_files_from_anywhere(tmp_path, records, monkeypatch):
+    """`babelspec run -o runs/X` names its artifacts relative to the working directory; its router
+    must still find them when loaded from elsewhere (and a router file written before that rule,
+    holding working-directory paths, from the directory it was written in)."""
+    (tmp_path / "runs" / "x" / "artifacts").mkdir(parents=True)
+    (tmp_path / "runs" / "x" / "artifacts" / "fast-amh.ngram").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    specs = {**SPECS, ("fast", "amh"): "ngram:runs/x/artifacts/fast-amh.ngram,tree=8"}
+    text = build_router(records, specs).save("runs/x/router.json").read_text()
+    assert '"ngram:artifacts/fast-amh.ngram,tree=8"' in text
+    monkeypatch.chdir(tmp_path / "runs")
+    expected = f"ngram:{tmp_path / 'runs/x/artifacts/fast-amh.ngram'},tree=8"
+    assert Router.load("x/router.json").route("amh", "story").spec == expected
+    old = text.replace('"ngram:artifacts/', '"ngram:runs/x/artifacts/')
+    (tmp_path / "old.json").write_text(old)
+    monkeypatch.chdir(tmp_path)
+    assert Router.load("old.json").route("amh", "story").spec == expected
+
+
 def test_unknown_language_and_bad_file_are_clear_errors(tmp_path, records):
     router = build_router(records, SPECS)
     with pytest.raises(ValueError, match="no route for language 'chr'"):
