@@ -82,6 +82,14 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
+def _modes(value: str) -> tuple[str, ...]:
+    """``--modes``: greedy and/or sample, comma-separated."""
+    modes = tuple(m.strip() for m in value.split(",") if m.strip())
+    if not modes or any(m not in ("greedy", "sample") for m in modes):
+        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {value!r}")
+    return modes
+
+
 def _counts(name: str, value: str) -> list[int]:
     """Comma-separated positive integers, e.g. ``1,4,16``."""
     try:
@@ -221,9 +229,7 @@ def bench_tree(
     """Token trees against chains of the corpus bigram on held-out FLORES-200 sentences."""
     from babelspec.bench.tree import TREE_LANGS, TreeBenchConfig, tree_bench
 
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    if not mode_list or any(m not in ("greedy", "sample") for m in mode_list):
-        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {modes!r}")
+    mode_list = _modes(modes)
     try:
         budget_list = tuple(_positive("--budgets", int(b)) for b in budgets.split(",") if b.strip())
     except ValueError:
@@ -259,9 +265,7 @@ def bench_quant(
     """The target drafting for itself in int8, per language, beside its bf16 form and the bigram."""
     from babelspec.bench.quant import QUANT_LANGS, QuantBenchConfig, quant_bench
 
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    if not mode_list or any(m not in ("greedy", "sample") for m in mode_list):
-        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {modes!r}")
+    mode_list = _modes(modes)
     drafter_list = tuple(d.strip() for d in drafters.split(",") if d.strip())
     if not drafter_list:
         raise typer.BadParameter("--drafters needs at least one drafter spec")
