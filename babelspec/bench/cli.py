@@ -124,10 +124,7 @@ def bench_peers(
     """HF generate (plain, prompt lookup, assisted) against babelspec with each drafter."""
     from babelspec.bench.peers import DEFAULT_LANGS, QUICK_LANGS, PeersConfig, peers
 
-    mode_list = tuple(m.strip() for m in modes.split(",") if m.strip())
-    bad = [m for m in mode_list if m not in ("greedy", "sample")]
-    if bad or not mode_list:
-        raise typer.BadParameter(f"--modes takes greedy and/or sample, got {modes!r}")
+    mode_list = _modes(modes)
     if assistant != "none" and not assistant.removeprefix("self:").isdigit():
         raise typer.BadParameter(f"--assistant must be self:K or none, got {assistant!r}")
     if quick:
