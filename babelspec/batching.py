@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -47,11 +46,6 @@ class BatchStats:
     forwards: int = 0  # shared forwards run
     blocks: int = 0  # blocks they carried
     sizes: dict[int, int] = field(default_factory=dict)  # blocks per forward -> how many forwards
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"forwards": self.forwards, "blocks": self.blocks,
-                "mean_blocks_per_forward": self.blocks / self.forwards if self.forwards else None,
-                "sizes": dict(sorted(self.sizes.items()))}  # fmt: skip
 
 
 class SharedForward:

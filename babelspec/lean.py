@@ -420,7 +420,7 @@ class LeanGemma3:
         one pass: their rows share every product, norm and activation (row-wise arithmetic),
         and only attention runs per block, on the block's own cache. A lone block is computed
         op for op as before; in a batch a row rounds as alone where the products are
-        row-invariant up to the batch's rows (``rows_invariant_up_to``, which callers check)."""
+        row-invariant up to the batch's rows (``batch_rows``, which callers check)."""
         merge = all(b.ids.shape[1] <= MERGE_MAX_TOKENS for b in blocks)  # blocks, not the batch
         ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
@@ -456,15 +456,16 @@ class LeanGemma3:
         Kernels are chosen by shape, so one layer's products stand for all; kept per limit."""
         if limit in self._batch_rows:
             return self._batch_rows[limit]
-        layer, hidden = self.layers[0], self.embed.weight.shape[1]
+        layer, config = self.layers[0], self.body.config
         g = torch.Generator().manual_seed(0)
 
         def stacked(linears: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-            return lambda x: torch.cat(linears(x, True), -1) if not isinstance(linears, Int8Linear) else linears(x)
+            return lambda x: torch.cat(linears(x, True), -1)
 
-        inner = layer.down.weight.shape[1] if hasattr(layer.down, "weight") else layer.down.rows.shape[1]
+        hidden = config.hidden_size
         products = [(stacked(layer.qkv), hidden), (layer.o, self.heads * self.head_dim),
-                    (stacked(layer.gate_up), hidden), (layer.down, inner), (self.logits_of, hidden)]  # fmt: skip
+                    (stacked(layer.gate_up), hidden), (layer.down, config.intermediate_size),
+                    (self.logits_of, hidden)]  # fmt: skip
         best = limit
         with torch.inference_mode():
             for product, width in products:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from babelspec.bench.tree import clean, real_sentence_runs, setting_table
+from babelspec.bench.tree import clean, real_root, real_sentence_runs, setting_table
 from babelspec.models.presets import DEFAULT_TARGET
 
 QUANT_LANGS = ("amh", "npi", "yor", "ibo", "grn")  # the quick profile's languages and two more
@@ -50,15 +50,11 @@ def spec_for(spec: str, lang: str, bigram: Path) -> str:
 
 
 def quant_bench(cfg: QuantBenchConfig, progress: bool = True) -> dict[str, Any]:
-    from babelspec.data.real import corpora_root
     from babelspec.drafters import make_drafter
     from babelspec.machine import execution_info
     from babelspec.target import load_target
 
-    root = corpora_root(cfg.data_root or None)
-    if root is None:
-        raise ValueError("bench quant runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
-                         "or set BABELSPEC_CORPORA")
+    root = real_root("quant", cfg.data_root)
     target = load_target(cfg.target, dtype=cfg.dtype)
 
     def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:

@@ -54,6 +54,18 @@ def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:
     return path
 
 
+def real_root(bench: str, data_root: str) -> Path:
+    """The corpora folder a real-sentence bench reads (``--data-root``, else $BABELSPEC_CORPORA,
+    else ../shared/corpora), or a clear error naming how to give it."""
+    from babelspec.data.real import corpora_root
+
+    root = corpora_root(data_root or None)
+    if root is None:
+        raise ValueError(f"bench {bench} runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
+                         "or set BABELSPEC_CORPORA")
+    return root
+
+
 def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: int, max_new_tokens: int,
                        modes: tuple[str, ...], root: Path,
                        settings_for: Callable[[str, Path], dict[str, tuple[Any, int]]],
@@ -100,15 +112,11 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
 
 
 def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
-    from babelspec.data.real import corpora_root
     from babelspec.drafters import make_drafter
     from babelspec.machine import execution_info
     from babelspec.target import load_target
 
-    root = corpora_root(cfg.data_root or None)
-    if root is None:
-        raise ValueError("bench tree runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
-                         "or set BABELSPEC_CORPORA")
+    root = real_root("tree", cfg.data_root)
     target = load_target(cfg.target, dtype=cfg.dtype)
     if not target.supports_trees:
         raise ValueError(f"{cfg.target} has no tree verification (the lean forward: Gemma-3 under eager attention)")
