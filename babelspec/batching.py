@@ -1,13 +1,22 @@
-"""Sequences that share the target's forwards: continuous batching on the lean forward.
+"""Sequences that share the target's forwards: continuous batching on one engine thread.
 
-On a CPU a verification block of 2-16 rows costs about one decode step, because a forward is
-bound by reading the weights; sequences decoded at the same time can therefore share each
-forward. ``SharedForward`` hands out *slots*: ``Target`` objects over the same model, each with
-its own KV cache, whose forwards go to one batcher. A slot's forward waits until every active
-slot has a block pending (or ``max_wait`` has passed), then one thread runs them all through
-``LeanGemma3.forward_many``: every product over all rows at once, attention per sequence on its
-own cache. Sequences join and leave between steps (``SharedForward.active``), so a server can
-start a request while others are half done.
+On a CPU a verification block of 2-16 rows costs little more than a decode step, because a
+forward is bound by reading the weights; sequences decoded at the same time can therefore
+share each forward. An ``EngineLoop`` runs generations (any callable given a ``Target``: a
+call of ``engine.generate``, unchanged) as greenlets on the one thread that calls ``run``.
+Each gets a *slot*: a ``Target`` over the shared model with its own KV cache, whose forward
+suspends the generation and hands its block to the loop. When every running generation is
+suspended at a forward (or finished), the loop runs their blocks in one
+``LeanGemma3.forward_many`` (every product over all rows, attention per sequence on its own
+cache) and resumes each with its logits. Generations join and leave between steps, so a server
+starts a request while others are half done, and no step waits on a timer.
+
+One thread, not one per sequence: GNU OpenMP, which torch's CPU kernels use, throttles its
+threads' spin-wait once more threads run parallel regions than there are cores, and every
+small op then pays a futex wake-up. Measured on this project's 2-core Xeon: a decode step of
+the default model takes 32 ms on the thread that loaded it and 47 ms on a second thread
+(``python -m babelspec bench serve`` shows it end to end). So the loop is best run on the thread
+that loaded the model (``babelspec serve`` runs it on the main thread and HTTP on another).
 
 Each sequence stays exactly what it would be alone: a block's rows round as in their own
 forward where the products are row-invariant, and ``LeanGemma3.batch_rows`` measures up to how
@@ -18,27 +27,24 @@ sampling are untouched: a slot is an ordinary ``Target`` to them.
 
 from __future__ import annotations
 
+import logging
 import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import traceback
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from greenlet import greenlet
 
 from babelspec.lean import MERGE_MAX_TOKENS, Block, LeanCache, LeanGemma3
 from babelspec.target import Target
 
+log = logging.getLogger("babelspec.batching")
 MAX_BATCH_ROWS = 32  # rows per shared forward at most (2-16-row blocks of a few sequences)
-MAX_WAIT_SECONDS = 0.005  # how long a pending block waits for the other active sequences
+IDLE_POLL_SECONDS = 0.2  # how often an idle loop checks its stop condition
 
-
-@dataclass(eq=False)  # compared by identity (its tensors have no truth value)
-class _Pending:
-    block: Block
-    logits: torch.Tensor | None = None
-    error: BaseException | None = None
-    done: bool = False
+Task = Callable[[int, Target], None]  # run on a slot: (slot index, slot target)
 
 
 @dataclass
@@ -48,113 +54,173 @@ class BatchStats:
     sizes: dict[int, int] = field(default_factory=dict)  # blocks per forward -> how many forwards
 
 
-class SharedForward:
-    """The one forward that ``slots`` share. ``max_rows`` caps a batch's rows (and is lowered to
-    what the machine's products keep row-invariant, ``LeanGemma3.batch_rows``); ``max_wait``
-    is how long a block waits for the other active sequences' blocks."""
+class EngineLoop:
+    """Up to ``batch`` generations at once, on the thread that calls ``run``, sharing each
+    target forward. ``batch=1`` (or a target whose forward cannot batch: ``ValueError``) runs
+    them one after another on the plain target. ``max_rows`` caps a shared forward's rows (and
+    is lowered to what the machine's products keep row-invariant, ``LeanGemma3.batch_rows``)."""
 
-    def __init__(self, target: Target, max_rows: int = MAX_BATCH_ROWS, max_wait: float = MAX_WAIT_SECONDS) -> None:
-        if not isinstance(target.lean, LeanGemma3):
-            raise ValueError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
-                             "without BABELSPEC_FORWARD=hf); serve this model one request at a time")  # fmt: skip
+    def __init__(self, target: Target, batch: int = 1, max_rows: int = MAX_BATCH_ROWS) -> None:
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be at least 1, got {max_rows}")
-        self.target, self.lean = target, target.lean
-        self.max_rows = self.lean.batch_rows(max_rows) if max_rows > 1 else 1
-        self.max_wait = max_wait
+        self.target, self.lean = target, None
+        self.max_rows = 1
+        if batch > 1:
+            if not isinstance(target.lean, LeanGemma3):
+                raise ValueError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
+                                 "without BABELSPEC_FORWARD=hf); serve this model one request at a time")  # fmt: skip
+            self.lean = target.lean
+            self.max_rows = self.lean.batch_rows(max_rows) if max_rows > 1 else 1
+            self.slots = [Target(target.model, target.tokenizer, target.device, lean=_Slot(self)) for _ in range(batch)]
+        else:
+            self.slots = [target]
+        self.batch = batch
         self.stats = BatchStats()
         self._cond = threading.Condition()
-        self._pending: list[_Pending] = []
-        self._busy = False
-        self._active = 0
+        self._tasks: deque[Task] = deque()
+        self._closing = False
+        self._hub: greenlet | None = None  # the loop's own greenlet, while it runs
+        self._free = list(range(batch))[::-1]
+        self._running: dict[greenlet, int] = {}  # generation -> its slot
+        self._pending: dict[greenlet, Block] = {}  # suspended at a forward, oldest first
 
-    def slots(self, n: int) -> list[Target]:
-        """``n`` targets over the shared model, each with its own cache, forwarding through this."""
-        t = self.target
-        return [Target(t.model, t.tokenizer, t.device, lean=_Slot(self)) for _ in range(n)]
-
-    @contextmanager
-    def active(self) -> Iterator[None]:
-        """A sequence is being generated: the batcher waits for its blocks until it leaves."""
+    # --- from any thread ---
+    def submit(self, task: Task) -> None:
+        """Run ``task(slot_index, slot_target)`` when a slot is free (in submission order)."""
         with self._cond:
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._active -= 1
-                self._cond.notify_all()
-
-    def forward(self, block: Block) -> torch.Tensor:
-        """``block``'s logits, computed in one forward with the other active sequences' blocks.
-        Whichever waiting thread finds the batch complete (or its wait over) runs it, outside
-        the lock, so the next batch gathers meanwhile."""
-        me = _Pending(block)
-        with self._cond:
-            self._pending.append(me)
+            if self._closing:
+                raise RuntimeError("the engine loop is closed")
+            self._tasks.append(task)
             self._cond.notify_all()
-            deadline = time.monotonic() + self.max_wait
-            while not me.done:
-                if self._pending and not self._busy and (
-                        len(self._pending) >= self._active or time.monotonic() >= deadline):  # fmt: skip
-                    batch = self._take()
-                    self._busy = True
-                    self._cond.release()
-                    try:
-                        self._run(batch)
-                    finally:
-                        self._cond.acquire()
-                        self._busy = False
-                        self._cond.notify_all()
-                    continue
-                timeout = deadline - time.monotonic()
-                self._cond.wait(timeout if timeout > 0 and not self._busy else 0.05)
-        if me.error is not None:
-            raise me.error
-        return me.logits
 
-    def _take(self) -> list[_Pending]:
-        """The pending blocks of the next forward, in arrival order: a long block (a prefill)
-        alone, else short blocks while their rows fit ``max_rows``."""
-        first = self._pending[0]
-        batch, rows = [first], first.block.ids.shape[1]
+    def close(self) -> None:
+        """Stop ``run``: tasks not yet started are dropped; running ones are resumed until they
+        end (a generation whose ``on_block`` sees the server closing ends at its next step)."""
+        with self._cond:
+            self._closing = True
+            self._tasks.clear()
+            self._cond.notify_all()
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    # --- on the loop's thread ---
+    def run(self, until_idle: bool = False, stop: Callable[[], bool] | None = None) -> None:
+        """Run generations on this thread: until ``close`` (and the running ones have ended),
+        until nothing is left to run (``until_idle``), or until ``stop()`` is true while idle."""
+        self._hub = greenlet.getcurrent()
+        # Inference mode around everything: generations switch in and out of each other's
+        # ``with torch.inference_mode()`` blocks, which restore the state they found on exit;
+        # the state each finds is then the same, and interleaving them changes nothing.
+        try:
+            with torch.inference_mode():
+                self._loop(until_idle, stop)
+        finally:
+            self._hub = None
+
+    def _loop(self, until_idle: bool, stop: Callable[[], bool] | None) -> None:
+        while True:
+            self._admit()
+            if self._pending:
+                self._step()
+                continue
+            with self._cond:
+                if self._tasks and self._free:
+                    continue
+                if self._closing or until_idle or (stop is not None and stop()):
+                    return
+                self._cond.wait(IDLE_POLL_SECONDS)
+
+    def start(self) -> threading.Thread:
+        """``run`` on a new thread (until ``close``). Forwards are slower there than on the thread
+        that loaded the model when that one has run torch ops (the module's docstring)."""
+        thread = threading.Thread(target=self.run, name="babelspec-engine", daemon=True)
+        thread.start()
+        return thread
+
+    def _admit(self) -> None:
+        while True:
+            with self._cond:
+                if not self._tasks or not self._free or self._closing:
+                    return
+                task, index = self._tasks.popleft(), self._free.pop()
+            g = greenlet(_guarded(task), parent=self._hub)
+            self._running[g] = index
+            self._resume(g, index, self.slots[index])
+
+    def _resume(self, g: greenlet, *args, error: BaseException | None = None) -> None:
+        """Run ``g`` until its next forward (kept pending) or its end (its slot freed)."""
+        block = g.throw(error) if error is not None else g.switch(*args)
+        if g.dead:
+            with self._cond:
+                self._free.append(self._running.pop(g))
+        else:
+            self._pending[g] = block
+
+    def _take(self) -> list[tuple[greenlet, Block]]:
+        """The pending blocks of the next forward, oldest first: a long block (a prefill) alone,
+        else short blocks while their rows fit ``max_rows``."""
+        items = iter(self._pending.items())
+        first = next(items)
+        batch, rows = [first], first[1].ids.shape[1]
         if rows <= MERGE_MAX_TOKENS:
-            for p in self._pending[1:]:
-                n = p.block.ids.shape[1]
+            for g, block in items:
+                n = block.ids.shape[1]
                 if n <= MERGE_MAX_TOKENS and rows + n <= self.max_rows:
-                    batch.append(p)
+                    batch.append((g, block))
                     rows += n
-        for p in batch:
-            self._pending.remove(p)
+        for g, _ in batch:
+            del self._pending[g]
         return batch
 
-    def _run(self, batch: list[_Pending]) -> None:
+    def _step(self) -> None:
+        batch = self._take()
         try:
-            outs = self.lean.forward_many([p.block for p in batch])
-        except BaseException as err:  # noqa: BLE001 - each waiting sequence raises it
-            for p in batch:
-                p.error = err
-        else:
-            for p, logits in zip(batch, outs):
-                p.logits = logits
-        with self._cond:
-            for p in batch:
-                p.done = True
-            self.stats.forwards += 1
-            self.stats.blocks += len(batch)
-            self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
-            self._cond.notify_all()
+            outs = self.lean.forward_many([block for _, block in batch])
+        except Exception as err:  # noqa: BLE001 - raised in each generation of the batch, at its forward
+            for g, _ in batch:
+                self._resume(g, error=err)
+            return
+        self.stats.forwards += 1
+        self.stats.blocks += len(batch)
+        self.stats.sizes[len(batch)] = self.stats.sizes.get(len(batch), 0) + 1
+        for (g, _), logits in zip(batch, outs):
+            self._resume(g, logits)
+
+
+def _guarded(task: Task) -> Task:
+    """``task``, logging what escapes it (a generation's errors are its own to report: one
+    escaping must not stop the loop or the other generations)."""
+
+    def body(index: int, target: Target) -> None:
+        try:
+            task(index, target)
+        except Exception:  # noqa: BLE001
+            log.error("a generation failed:\n%s", traceback.format_exc())
+
+    return body
 
 
 class _Slot:
-    """What a slot's ``CausalLM`` calls as its lean forward: the shared one, through the batcher."""
+    """What a slot's ``CausalLM`` calls as its lean forward: the shared one, through the loop
+    (directly where called outside the loop's generations: building a drafter, say)."""
 
-    def __init__(self, shared: SharedForward) -> None:
-        self.shared = shared
+    def __init__(self, loop: EngineLoop) -> None:
+        self.loop = loop
 
     def new_cache(self) -> LeanCache:
-        return self.shared.lean.new_cache()
+        return self.loop.lean.new_cache()
 
     def __call__(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
                  parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        return self.shared.forward(Block(ids, cache, logits_to_keep, parents))
+        hub = self.loop._hub
+        if hub is None or greenlet.getcurrent().parent is not hub:
+            return self.loop.lean.forward(ids, cache, logits_to_keep, parents)
+        return hub.switch(Block(ids, cache, logits_to_keep, parents))

@@ -425,10 +425,14 @@ class LeanGemma3:
         ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
         preps = [self._prepare(b, x) for b in blocks]
+        rope = None
+        if len(blocks) > 1:
+            rope = {kind: tuple(torch.cat([p.rope[kind][i] for p in preps], 1) for i in range(2))
+                    for kind in preps[0].rope}  # fmt: skip
         for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
             residual = x
             h = _rms(x, *layer.norms["input_layernorm"])
-            h = self._attention(h, layer, kind, index, preps, merge)
+            h = self._attention(h, layer, kind, index, preps, merge, rope)
             x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
             residual = x
             h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
@@ -494,24 +498,32 @@ class LeanGemma3:
         return _Prepared(n, block.cache, masks, rope)
 
     def _attention(self, h: torch.Tensor, layer: _Layer, kind: str, index: int, preps: list[_Prepared],
-                   merge: bool) -> torch.Tensor:  # fmt: skip
+                   merge: bool, rope: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:  # fmt: skip
         """The attention sublayer of every block: q/k/v and output products over all rows, the
-        rest per block on its own cache."""
+        rest per block on its own cache. ``rope``: the blocks' rotary tables end to end, with
+        which a stacked product's rows are normed and rotated all at once (row-wise arithmetic:
+        each row as in its own block), leaving only the cache and attention per block."""
         stacked = layer.qk_norm is not None and merge and layer.qkv.fused
         qkv = layer.qkv.stacked(h) if stacked else layer.qkv(h, merge)
+        if stacked and rope is not None:
+            heads = self._heads(qkv, layer, rope[kind])
         outs, start = [], 0
         for prep in preps:
             rows = slice(start, start + prep.n)
             start += prep.n
-            block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]
-            outs.append(self._attend(block, layer, prep.rope[kind], prep.masks[layer.sliding],
-                                     prep.cache.layers[index]))  # fmt: skip
+            if stacked and rope is not None:
+                q, k, v = (t[:, :, rows] for t in heads)
+            else:
+                block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]
+                q, k, v = self._heads(block, layer, prep.rope[kind])
+            outs.append(self._attend(q, k, v, layer, prep.masks[layer.sliding], prep.cache.layers[index]))
         return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
 
-    def _attend(self, qkv: torch.Tensor | list[torch.Tensor], layer: _Layer, rope: tuple[torch.Tensor, torch.Tensor],
-                mask: torch.Tensor | None, layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
-        """One block's attention, before the output product: ``qkv`` is the stacked product's
-        rows (queries and key normed and rotated together) or the three projections."""
+    def _heads(self, qkv: torch.Tensor | list[torch.Tensor], layer: _Layer,
+               rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Queries, keys, values [1, heads, n, head_dim], normed and rotated, from ``qkv``: the
+        stacked product's rows (queries and key normed and rotated together) or the three
+        projections."""
         n = qkv.shape[1] if isinstance(qkv, torch.Tensor) else qkv[0].shape[1]
         shape = (1, n, -1, self.head_dim)
         cos, sin = (t.unsqueeze(1) for t in rope)
@@ -530,6 +542,12 @@ class LeanGemma3:
             k = _rms(k, *layer.norms["k_norm"])
             q = q * cos + _rotate_half(q) * sin
             k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: _Layer, mask: torch.Tensor | None,
+                layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
+        """One block's attention on its cache, before the output product."""
+        n = q.shape[2]
         keys, values = layer_cache.append(k, v)
         groups, length = self.heads // self.kv_heads, values.shape[2]
         keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]

@@ -4,14 +4,12 @@ at different steps; a batch never holds more rows than the products keep row-inv
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 from ngram_tiny import CORPUS, word_tokenizer
 from tiny import tiny_gemma3
 
-from babelspec.batching import SharedForward
+from babelspec.batching import EngineLoop
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, train
@@ -44,30 +42,35 @@ def _jobs(path: str) -> list[tuple[str, SamplingConfig, int]]:
             (f"ngram:{path}", SamplingConfig(temperature=1.0, top_p=0.9, repetition_penalty=1.3, seed=7), 40)]
 
 
-def _run_batched(shared: SharedForward, jobs, start_delays=None) -> list[list[int]]:
-    slots = shared.slots(len(jobs))
+def _run_batched(loop: EngineLoop, jobs, join_at: list[int] | None = None) -> list[list[int]]:
+    """Each job's tokens, generated on ``loop`` at once; with ``join_at``, job i > 0 is submitted
+    when job 0 has taken ``join_at[i]`` steps (so it joins sequences that are half done)."""
     outs: list[list[int] | None] = [None] * len(jobs)
     errors: list[BaseException] = []
-    go = threading.Barrier(len(jobs))
+    steps = [0]
 
-    def work(i: int) -> None:
-        spec, sampling, n = jobs[i]
-        try:
-            drafter = make_drafter(spec, slots[i])
-            go.wait()
-            if start_delays:
-                threading.Event().wait(start_delays[i])
-            with shared.active():
-                outs[i] = generate(slots[i], drafter, PROMPTS[i], gamma=3, max_new_tokens=n,
-                                   sampling=sampling).token_ids
-        except BaseException as err:  # noqa: BLE001 - reported below
-            errors.append(err)
+    def task(i: int):
+        def body(index: int, slot: Target) -> None:
+            spec, sampling, n = jobs[i]
+            try:
+                on_block = None
+                if i == 0 and join_at:
+                    def on_block(ids: list[int]) -> None:
+                        steps[0] += 1
+                        for j in range(1, len(jobs)):
+                            if join_at[j] == steps[0]:
+                                loop.submit(task(j))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
+                outs[i] = generate(slot, make_drafter(spec, slot), PROMPTS[i], gamma=3, max_new_tokens=n,
+                                   sampling=sampling, on_block=on_block).token_ids  # fmt: skip
+            except BaseException as err:  # noqa: BLE001 - reported below
+                errors.append(err)
+
+        return body
+
+    for i in range(1 if join_at else len(jobs)):
+        loop.submit(task(i))
+    loop.run(until_idle=True)
     assert not errors, errors
     return outs
 
@@ -79,7 +82,7 @@ def test_each_batched_sequence_equals_itself_alone(dtype: torch.dtype, bigram: s
     alone_target = Target(model)
     alone = [generate(alone_target, make_drafter(spec, alone_target), PROMPTS[i], gamma=3, max_new_tokens=n,
                       sampling=sampling).token_ids for i, (spec, sampling, n) in enumerate(jobs)]
-    shared = SharedForward(Target(model), max_wait=0.05)
+    shared = EngineLoop(Target(model), batch=len(jobs))
     assert _run_batched(shared, jobs) == alone
     if shared.max_rows == 1:  # float32: MKL rounds a lone row (gemv) otherwise than a block's
         assert set(shared.stats.sizes) == {1}
@@ -87,13 +90,14 @@ def test_each_batched_sequence_equals_itself_alone(dtype: torch.dtype, bigram: s
     assert shared.stats.blocks > shared.stats.forwards  # forwards were shared ...
     assert max(shared.stats.sizes) >= 3
     # ... and sequences joining late (while others run) still equal themselves alone
-    late = SharedForward(Target(model), max_wait=0.05)
-    assert _run_batched(late, jobs, start_delays=[0.0, 0.05, 0.1, 0.02]) == alone
+    late = EngineLoop(Target(model), batch=len(jobs))
+    assert _run_batched(late, jobs, join_at=[0, 2, 5, 1]) == alone
+    assert len(late.stats.sizes) >= 3  # forwards of 1 (job 0 alone), then of more as the others joined
 
 
 def test_a_batch_holds_no_more_rows_than_allowed(bigram: str) -> None:
     model = _model(torch.bfloat16)
-    shared = SharedForward(Target(model), max_rows=1, max_wait=0.05)
+    shared = EngineLoop(Target(model), batch=3, max_rows=1)
     assert shared.max_rows == 1
     _run_batched(shared, _jobs(bigram)[:3])
     assert set(shared.stats.sizes) == {1}  # one block per forward: nothing shared
@@ -103,7 +107,7 @@ def test_batching_needs_the_lean_forward() -> None:
     from tiny import tiny_qwen3
 
     with pytest.raises(ValueError, match="batching needs the lean forward"):
-        SharedForward(Target(tiny_qwen3()))
+        EngineLoop(Target(tiny_qwen3()), batch=2)
 
 
 def test_a_shared_forward_gives_each_block_its_own_logits_and_cache_bit_for_bit() -> None:
@@ -157,22 +161,21 @@ def test_batched_requests_on_the_default_model_equal_each_alone(tmp_path) -> Non
             ("none", SamplingConfig.paper(seed=4))]
     alone = [generate(target, make_drafter(spec, target), prompts[i], gamma=4, max_new_tokens=24,
                       sampling=sampling).token_ids for i, (spec, sampling) in enumerate(jobs)]  # fmt: skip
-    shared = SharedForward(target, max_wait=0.05)
-    if shared.max_rows < 2:
+    loop = EngineLoop(target, batch=len(jobs))
+    if loop.max_rows < 2:
         pytest.skip(f"{target.model.dtype}: no row-invariant batch on this CPU")
-    slots = shared.slots(len(jobs))
-    drafters = [make_drafter(spec, slot) for (spec, _), slot in zip(jobs, slots)]
     outs: list = [None] * len(jobs)
 
-    def work(i: int) -> None:
-        with shared.active():
-            outs[i] = generate(slots[i], drafters[i], prompts[i], gamma=4, max_new_tokens=24,
-                               sampling=jobs[i][1]).token_ids
+    def task(i: int):
+        def body(index: int, slot: Target) -> None:
+            outs[i] = generate(slot, make_drafter(jobs[i][0], slot), prompts[i], gamma=4, max_new_tokens=24,
+                               sampling=jobs[i][1]).token_ids  # fmt: skip
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
+        return body
+
+    for i in range(len(jobs)):
+        loop.submit(task(i))
+    loop.run(until_idle=True)
     assert outs == alone
-    assert shared.stats.blocks > shared.stats.forwards
+    assert loop.stats.blocks > loop.stats.forwards
+    assert max(loop.stats.sizes) == len(jobs)  # every running sequence in one forward

@@ -68,11 +68,37 @@ def serve_command(
     offered = ", ".join(f"{name} ({spec})" if name != spec else name for name, spec in worker.offers.items())
     print(f"babelspec serve: {served_model_name or target} on http://{host}:{port}/v1; drafters {offered}, "
           f"default {worker.default_offer}", file=sys.stderr, flush=True)  # fmt: skip
-    if worker.shared is not None:
+    if worker.batch > 1:
         print(f"babelspec serve: up to {worker.batch} requests at once, sharing forwards of up to "
-              f"{worker.shared.max_rows} rows", file=sys.stderr, flush=True)  # fmt: skip
+              f"{worker.engine.max_rows} rows", file=sys.stderr, flush=True)  # fmt: skip
     else:
         print("babelspec serve: one request at a time", file=sys.stderr, flush=True)
     if worker.router_path:
         print(f"babelspec serve: auto routes with {worker.router_path}", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_graceful_shutdown=3)
+    run_server(uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                                             timeout_graceful_shutdown=3)), worker)  # fmt: skip
+
+
+def run_server(server, worker) -> None:
+    """HTTP on a thread of its own, generation on this one, which loaded the model (forwards
+    are slower on any other: ``babelspec.batching``). SIGINT and SIGTERM stop both: running
+    requests end at their next step."""
+    import signal
+    import threading
+
+    def stop(signum, frame) -> None:
+        server.should_exit = True
+        worker.close()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
+    http = threading.Thread(target=server.run, name="babelspec-http", daemon=True)
+    http.start()
+    worker.run(stop=lambda: not http.is_alive())  # ends at close, or when HTTP has stopped
+    server.should_exit = True
+    worker.close()
+    http.join(10)
+    if not server.started:
+        typer.echo(f"error: the server could not listen on {server.config.host}:{server.config.port} "
+                   "(in use? choose another --port)", err=True)  # fmt: skip
+        raise typer.Exit(1)

@@ -1,9 +1,9 @@
-"""One model in memory, a bounded queue in front of it, and the engine threads behind it.
+"""One model in memory, a bounded queue in front of it, and the engine loop behind it.
 
-Up to ``batch`` requests run at once, each on its own engine thread with its own KV cache
-(a slot of ``batching.SharedForward``): their decode rows and verification blocks share each
-target forward, and requests join and leave between steps; each one's output is what it would
-be alone. With ``batch=1`` (or a target whose forward cannot batch) requests take turns on one
+Up to ``batch`` requests run at once on the engine's one thread (``batching.EngineLoop``), each
+with its own KV cache: their decode rows and verification blocks share each target forward, and
+requests join and leave between steps; each one's output is what it would be alone. With
+``batch=1`` (or a target whose forward cannot batch) requests take turns on one
 sequence. Waiting requests start in arrival order. A request is refused with 429 when
 ``queue_size`` are already waiting; it is ended at its deadline (``request_timeout``), and when
 its client goes away the engine stops it at the next speculative step (``engine.generate``'s
@@ -21,13 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import queue
 import threading
 import time
 import traceback
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,22 +159,16 @@ class Scheduler:
         self.model = ModelInfo(model_id, target.tokenizer, getattr(target, "max_context", None))
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
-        self.shared = None
-        slots = [target]
-        if batch > 1:
-            from babelspec.batching import SharedForward
+        from babelspec.batching import EngineLoop
 
-            try:
-                self.shared = SharedForward(target)
-            except ValueError as err:
-                log.warning("requests run one at a time: %s", err)
-            else:
-                slots = self.shared.slots(batch)
-        self.batch = len(slots)
-        self._slots: queue.SimpleQueue = queue.SimpleQueue()
-        for i, slot in enumerate(slots):
-            self._slots.put((i, slot))
-        self._executor = ThreadPoolExecutor(max_workers=self.batch, thread_name_prefix="babelspec-engine")
+        try:
+            self.engine = EngineLoop(target, batch)
+        except ValueError as err:
+            if batch == 1:
+                raise
+            log.warning("requests run one at a time: %s", err)
+            self.engine = EngineLoop(target, 1)
+        self.batch = self.engine.batch
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self.admitted = 0  # waiting + running
@@ -208,7 +199,13 @@ class Scheduler:
                                headers={"Retry-After": str(wait)})  # fmt: skip
             self.admitted += 1
             self.metrics.queue_length.set(self.queued)
-        self._executor.submit(self._run, job)
+        try:
+            self.engine.submit(lambda index, target: self._run(job, index, target))
+        except RuntimeError:  # closed: the server is stopping
+            with self._lock:
+                self.admitted -= 1
+            raise APIError(503, "the server is shutting down; retry on another instance or later",
+                           type_="server_error", code="shutting_down") from None
         return job
 
     # --- drafting ---
@@ -278,13 +275,22 @@ class Scheduler:
         return drafter
 
     # --- the engine thread ---
-    def _run(self, job: Job) -> None:
+    def run(self, stop: Any = None) -> None:
+        """Generate on this thread (best the one that loaded the model: ``batching``) until
+        ``close``, or until ``stop()`` is true while no request is running."""
+        self.engine.run(stop=stop)
+
+    def start(self) -> threading.Thread:
+        """``run`` on a thread of its own."""
+        return self.engine.start()
+
+    def _run(self, job: Job, index: int, target: Any) -> None:
         from babelspec.engine import generate
 
         req = job.request
         started = time.monotonic()
         outcome_kind = "error"
-        slot = None
+        started_running = False
         try:
             if job.cancelled.is_set() or self._closing.is_set():
                 outcome_kind = "cancelled"
@@ -293,8 +299,7 @@ class Scheduler:
                 outcome_kind = "timeout"
                 job.emit("error", timeout_error(self.request_timeout))
                 return
-            slot = self._slots.get()  # one is free: no more engine threads than slots
-            index, target = slot
+            started_running = True
             with self._lock:
                 self.running += 1
                 self.metrics.running.set(self.running)
@@ -312,9 +317,8 @@ class Scheduler:
                 job.emit("block", ids)
                 return job.cancelled.is_set() or self._closing.is_set() or time.monotonic() > job.deadline
 
-            with self.shared.active() if self.shared is not None else nullcontext():
-                result = generate(target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
-                                  sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
+            result = generate(target, drafter, req.prompt_ids, gamma=gamma, max_new_tokens=req.max_tokens,
+                              sampling=req.sampling, stop_strings=req.stop, on_block=on_block)  # fmt: skip
             lang = d.lang or "unknown"
             self.metrics.choice.labels(lang, d.offer).inc()
             self.metrics.generation(lang, d.offer, result)
@@ -342,9 +346,8 @@ class Scheduler:
             self.metrics.generations.labels(outcome_kind).inc()
             with self._lock:
                 self.admitted -= 1
-                if slot is not None:
+                if started_running:
                     self.running -= 1
-                    self._slots.put(slot)
                 elapsed = time.monotonic() - started
                 # a request's share of the engine, for Retry-After: its time over the requests at once
                 self._seconds_per_request = 0.8 * self._seconds_per_request + 0.2 * elapsed / self.batch
@@ -354,4 +357,4 @@ class Scheduler:
     def close(self) -> None:
         """Stop the running generation at its next step and drop the waiting ones."""
         self._closing.set()
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.engine.close()
