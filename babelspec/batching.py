@@ -184,9 +184,17 @@ class EngineLoop:
         batch = self._take()
         try:
             outs = self.lean.forward_many([block for _, block in batch])
-        except Exception as err:  # noqa: BLE001 - raised in each generation of the batch, at its forward
-            for g, _ in batch:
-                self._resume(g, error=err)
+        except Exception as err:  # noqa: BLE001 - raised at the forward of the generations it is theirs
+            if len(batch) == 1:
+                self._resume(batch[0][0], error=err)
+                return
+            for g, block in batch:  # each block alone: one sequence's fault fails no other
+                try:
+                    logits = self.lean.forward(block.ids, block.cache, block.logits_to_keep, block.parents)
+                except Exception as own:  # noqa: BLE001
+                    self._resume(g, error=own)
+                else:
+                    self._resume(g, logits)
             return
         self.stats.forwards += 1
         self.stats.blocks += len(batch)
