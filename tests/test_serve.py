@@ -261,7 +261,7 @@ def test_load_200_requests_from_16_clients_all_complete(setup, chat_server):
     assert len(answers) == 200 and all(text == alone[key] for key, text in answers)
     assert time.monotonic() - started < 300
     health = chat_server.health()
-    assert health["queued"] == 0 and health["batch"] == 4
+    assert health["queued"] == 0 and health["batch"] == 16
 
 
 def test_chat_on_a_base_model_without_template_is_400(setup, base_server):
