@@ -225,6 +225,7 @@ class Linear:
 # context lengths for 5-token blocks, 23 for 9, none for one token), rare last-bit differences
 # that the fast mode's measured agreement rate covers (``bench equivalence --dtype bfloat16``).
 MERGE_MAX_TOKENS = 16
+CACHE_ONLY = -1  # a block's logits_to_keep: no logits, the block only cached (a prefill)
 
 
 class Linears:
@@ -330,7 +331,8 @@ def _qk_norm(norms: dict[str, tuple[torch.Tensor, float]], heads: int, kv_heads:
 @dataclass(eq=False)
 class Block:
     """One sequence's block for ``LeanGemma3.forward_many``: ``ids`` [1, n] after the tokens in
-    ``cache``, the logits of its last ``logits_to_keep`` rows (0: all), ``parents`` for a tree."""
+    ``cache``, the logits of its last ``logits_to_keep`` rows (0: all; ``CACHE_ONLY``: none, the
+    block is only cached, alone in its forward), ``parents`` for a tree."""
 
     ids: torch.Tensor
     cache: LeanCache
@@ -442,13 +444,17 @@ class LeanGemma3:
         x = _rms(x, *self.final_norm)
         if len(blocks) == 1:
             keep = blocks[0].logits_to_keep
+            if keep == CACHE_ONLY:  # a prefill: the 262k-column head is a sixth of its time
+                return [x.new_empty(0, 0)]
             return [self.logits_of(x[:, -keep:] if keep else x)[0]]
         rows, start = [], 0
         for b in blocks:
             n = b.ids.shape[1]
-            keep = b.logits_to_keep or n
+            keep = n if b.logits_to_keep == 0 else max(b.logits_to_keep, 0)  # CACHE_ONLY: none
             rows.append(x[:, start + n - keep : start + n])
             start += n
+        if not any(r.shape[1] for r in rows):
+            return [x.new_empty(0, 0) for _ in blocks]
         logits = self.logits_of(torch.cat(rows, 1))[0]
         return list(logits.split([r.shape[1] for r in rows]))
 

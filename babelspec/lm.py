@@ -125,7 +125,8 @@ class CausalLM:
     def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0,
                 parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
         """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
-        ``logits_to_keep`` positions (all when 0), shape [n or logits_to_keep, vocab].
+        ``logits_to_keep`` positions (all when 0; none with the lean forward's ``CACHE_ONLY``),
+        shape [n or logits_to_keep, vocab].
         ``parents`` [n] makes the block a token tree (``lean.LeanGemma3.forward``); the cache
         then holds every node until ``keep_path``."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)

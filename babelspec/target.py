@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from babelspec.lean import CACHE_ONLY
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
 
@@ -24,8 +25,8 @@ class Target(CausalLM):
         """Start a new sequence: cache ``ids`` (the caller keeps the last token pending)."""
         self.reset()
         started = time.perf_counter()
-        if ids:
-            self.forward(ids, logits_to_keep=1)
+        if ids:  # its logits are not used: the lean forward skips the output head
+            self.forward(ids, logits_to_keep=CACHE_ONLY if self.lean is not None else 1)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.prefill_seconds = time.perf_counter() - started
