@@ -209,7 +209,7 @@ def test_ngram_drafts_keep_the_engine_lossless(case, bigram_file, tokenizer, one
 
 # --- token trees ----------------------------------------------------------------------------
 def test_a_tree_expands_the_most_probable_paths_first(bigram):
-    d = drafter(bigram, "a", tree=6, branch=2)
+    d = drafter(bigram, "a", mode="top1", tree=6, branch=2)
     draft = d.propose(3)
     parents = draft.parents.tolist()
     assert draft.is_tree and 3 <= len(draft) <= 6 and draft.depth() <= 3  # contexts with one continuation end early
@@ -222,6 +222,25 @@ def test_a_tree_expands_the_most_probable_paths_first(bigram):
     assert draft.probs.width == 1  # point masses: the multi-candidate rule keeps them lossless
     d.commit_path([draft.tokens[0].item()], 3)
     assert d._history[-2:] == [draft.tokens[0].item(), 3]
+
+
+def test_a_sampled_tree_is_independent_chains_from_the_pending_token(bigram):
+    """Drawing: ``branch`` chains of depth min(gamma, budget // branch), each node drawn from the
+    row of its own path, carried as the node's probability row (not a point mass)."""
+    d = drafter(bigram, "a", tree=8, branch=2)
+    draft = d.propose(4)
+    parents = draft.parents.tolist()
+    roots = [i for i, p in enumerate(parents) if p == -1]
+    assert len(roots) == 2 and draft.depth() <= 4 and len(draft) <= 8
+    for i, p in enumerate(parents):  # below the root, each node has at most one child, its next in the chain
+        assert p == -1 or p == i - 1
+        assert parents.count(i) <= 1
+    assert draft.probs.width > 1  # each node's n-gram row, for the residual rule
+    for i, t in enumerate(draft.tokens.tolist()):
+        assert draft.probs.prob(i, t) > 0  # drawn from its own row
+    firsts = {tuple(drafter(bigram, "a b", seed=s, tree=8, branch=4).propose(2).tokens[[0, 2, 4, 6]].tolist())
+              for s in range(20)}  # fmt: skip
+    assert len(firsts) > 1  # the first guesses ("b" is followed by c or d) are draws, not the top-4
 
 
 def test_tree_options_are_checked(bigram_file, tokenizer):
