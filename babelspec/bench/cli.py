@@ -217,6 +217,8 @@ def bench_tree(
     max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
     gamma: int = typer.Option(4, help="The chain's length and the tree's depth."),
     budgets: str = typer.Option("8,15", help="Comma-separated tree node budgets."),
+    branches: str = typer.Option("4", help="Comma-separated tree branchings: candidates per node under greedy, "
+                                 "independent chains under sampling."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
                                   "else ../shared/corpora]"),
@@ -229,12 +231,15 @@ def bench_tree(
     mode_list = _modes(modes)
     try:
         budget_list = tuple(_positive("--budgets", int(b)) for b in budgets.split(",") if b.strip())
+        branch_list = tuple(_positive("--branches", int(b)) for b in branches.split(",") if b.strip())
     except ValueError:
-        raise typer.BadParameter(f"--budgets takes comma-separated integers, got {budgets!r}") from None
+        raise typer.BadParameter(f"--budgets and --branches take comma-separated integers, got {budgets!r} "
+                                 f"and {branches!r}") from None
     cfg = TreeBenchConfig(target=target, langs=_langs(langs, TREE_LANGS),
                           prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                          gamma=_positive("--gamma", gamma), budgets=budget_list, modes=mode_list,
+                          gamma=_positive("--gamma", gamma), budgets=budget_list, branches=branch_list,
+                          modes=mode_list,
                           data_root=data_root, dtype=dtype)  # fmt: skip
     try:
         result = tree_bench(cfg)

@@ -33,6 +33,7 @@ class TreeBenchConfig:
     max_new_tokens: int = 48
     gamma: int = 4  # the chain's length and the tree's depth
     budgets: tuple[int, ...] = (8, 15)  # tree node budgets (15 nodes + the pending token = 16 rows)
+    branches: tuple[int, ...] = (4,)  # candidates per node (greedy) / chains (sampling): the spec's branch
     modes: tuple[str, ...] = ("greedy", "sample")
     data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA, else ../shared/corpora)
     dtype: str = "auto"
@@ -111,6 +112,13 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
     return records, names
 
 
+def tree_names(cfg: TreeBenchConfig, budget: int) -> dict[int, str]:
+    """The settings' names of the trees of ``budget`` nodes, by branching."""
+    if len(cfg.branches) == 1:
+        return {cfg.branches[0]: f"tree {budget}"}
+    return {branch: f"tree {budget} branch {branch}" for branch in cfg.branches}
+
+
 def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     from babelspec.drafters import make_drafter
     from babelspec.machine import execution_info
@@ -123,7 +131,8 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     specs = {"plain": ("none", 1), f"chain γ={cfg.gamma}": ("{ngram}", cfg.gamma)}
     for budget in cfg.budgets:
         specs[f"chain γ={budget}"] = ("{ngram}", budget)
-        specs[f"tree {budget}"] = (f"{{ngram}},tree={budget}", cfg.gamma)
+        for branch, name in tree_names(cfg, budget).items():
+            specs[name] = (f"{{ngram}},tree={budget},branch={branch}", cfg.gamma)
 
     def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:
         return {name: (make_drafter(spec.format(ngram=f"ngram:{bigram}"), target), gamma)
@@ -180,12 +189,15 @@ def summarise(records: list[dict], cfg: TreeBenchConfig, settings: list[str], se
     for mode in cfg.modes:
         table = setting_table(records, cfg.langs, mode, settings)
         for budget in cfg.budgets:
-            tree, chain = table[f"tree {budget}"], table[f"chain γ={budget}"]
-            tree["vs_chain_same_budget"] = tree["tokens_per_verification"] / chain["tokens_per_verification"]
-            tree["vs_chain_gamma"] = tree["tokens_per_verification"] / table[f"chain γ={cfg.gamma}"]["tokens_per_verification"]
-            for lang, row in tree["per_lang"].items():
-                row["vs_chain_same_budget"] = row["tokens_per_verification"] / \
-                    chain["per_lang"][lang]["tokens_per_verification"]
+            chain = table[f"chain γ={budget}"]
+            for name in tree_names(cfg, budget).values():
+                tree = table[name]
+                tree["vs_chain_same_budget"] = tree["tokens_per_verification"] / chain["tokens_per_verification"]
+                tree["vs_chain_gamma"] = (tree["tokens_per_verification"]
+                                          / table[f"chain γ={cfg.gamma}"]["tokens_per_verification"])  # fmt: skip
+                for lang, row in tree["per_lang"].items():
+                    row["vs_chain_same_budget"] = row["tokens_per_verification"] / \
+                        chain["per_lang"][lang]["tokens_per_verification"]
         out["modes"][mode] = table
     return clean(out)
 

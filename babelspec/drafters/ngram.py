@@ -40,7 +40,11 @@ MODES = ("sample", "top1", "nucleus", "auto")
 # greedy, a tree of 8 nodes yielded 2.53 tokens per verification against 2.18 for the chain of 4
 # and decoded 2.62x plain against 2.38x (15 nodes: 2.56, 2.37x); under the paper's sampling the
 # point-mass tree kept fewer tokens than the sampled chain (1.28 against 1.38; 1.09x against
-# 1.22x), so sampling keeps the chain.
+# 1.22x). Sampled trees are now independent chains (``_propose_sampled_chains``): `bench tree
+# --modes sample --budgets 8 --branches 2,4 --prompts-per-lang 5` (tree_vs_chain_sampled.json)
+# kept 1.40 tokens per verification with 4 chains of 2 against 1.34 for the chain of 8 (1.04x)
+# and decoded 1.25x plain against 1.20x for the chain of 4, but amh fell to 1.00x from 1.10x; so
+# sampling keeps the chain, and trees are there to ask for (tree=8).
 DEFAULT_TREE = {"greedy": 8, "sample": 0}
 UNSEEN_POLICIES = ("stop", "backoff", "uniform")
 
