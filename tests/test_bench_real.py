@@ -49,6 +49,7 @@ def test_quant_specs_take_the_prompts_language() -> None:
     ("quant", "--modes", "beam", "--modes takes greedy and/or sample"),
     ("quant", "--drafters", ",", "--drafters needs at least one drafter spec"),
     ("tree", "--budgets", "8,x", "--budgets takes comma-separated integers"),
+    ("tree", "--branches", "2,x", "--branches takes comma-separated integers"),
     ("serve", "--clients", "1,0", "--clients takes counts of at least 1"),
 ])  # fmt: skip
 def test_bad_bench_options_are_refused_with_the_fix(command, option, value, message) -> None:
