@@ -138,13 +138,6 @@ class EngineLoop:
                     return
                 self._cond.wait(IDLE_POLL_SECONDS)
 
-    def start(self) -> threading.Thread:
-        """``run`` on a new thread (until ``close``). Forwards are slower there than on the thread
-        that loaded the model when that one has run torch ops (the module's docstring)."""
-        thread = threading.Thread(target=self.run, name="babelspec-engine", daemon=True)
-        thread.start()
-        return thread
-
     def _admit(self) -> None:
         while True:
             with self._cond:

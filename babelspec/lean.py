@@ -511,13 +511,12 @@ class LeanGemma3:
         each row as in its own block), leaving only the cache and attention per block."""
         stacked = layer.qk_norm is not None and merge and layer.qkv.fused
         qkv = layer.qkv.stacked(h) if stacked else layer.qkv(h, merge)
-        if stacked and rope is not None:
-            heads = self._heads(qkv, layer, rope[kind])
+        heads = self._heads(qkv, layer, rope[kind]) if stacked and rope is not None else None
         outs, start = [], 0
         for prep in preps:
             rows = slice(start, start + prep.n)
             start += prep.n
-            if stacked and rope is not None:
+            if heads is not None:
                 q, k, v = (t[:, :, rows] for t in heads)
             else:
                 block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]

@@ -151,6 +151,9 @@ class _Walk:
         self.context = context  # dense ids of the last n - 1 tokens (-1: not in the corpus)
         self.last = last  # dense id of the last token (the bigram fast path)
 
+    def copy(self) -> _Walk:
+        return _Walk(None if self.history is None else list(self.history), list(self.context), self.last)
+
 
 class NgramDrafter(Drafter):
     name = "ngram"
@@ -256,7 +259,7 @@ class NgramDrafter(Drafter):
         expand(-1, self._walk(), 1.0, 0)
         while heap and len(tokens) < budget:
             neg, _, parent, token, walk, depth = heapq.heappop(heap)
-            child = _Walk(None if walk.history is None else list(walk.history), list(walk.context), walk.last)
+            child = walk.copy()
             self._advance(child, token)
             tokens.append(token)
             parents.append(parent)
@@ -286,7 +289,7 @@ class NgramDrafter(Drafter):
         first = self._next_row(root)
         threshold = self.config.threshold
         for _ in range(width if depth else 0):
-            walk = _Walk(None if root.history is None else list(root.history), list(root.context), root.last)
+            walk = root.copy()
             parent, row = -1, first
             for _ in range(depth):
                 if row is None or (row is not UNIFORM and row.top_prob < threshold):

@@ -280,10 +280,6 @@ class Scheduler:
         ``close``, or until ``stop()`` is true while no request is running."""
         self.engine.run(stop=stop)
 
-    def start(self) -> threading.Thread:
-        """``run`` on a thread of its own."""
-        return self.engine.start()
-
     def _run(self, job: Job, index: int, target: Any) -> None:
         from babelspec.engine import generate
 
