@@ -247,8 +247,8 @@ def generate(
         draft = drafter.propose(k_max) if k_max > 0 else Draft.empty()
         result.draft_seconds += time.perf_counter() - t0
         tree = draft.parents is not None
-        if tree and draft.is_tree and not target.supports_trees:
-            draft = draft.first_chain()  # a verifier without trees checks the first guesses
+        if tree and draft.is_tree and not target.verifies_tree(len(draft) + 1):
+            draft = draft.first_chain()  # a verifier without trees (now) checks the first guesses
         k = len(draft)
         if draft.depth() > k_max:
             raise RuntimeError(f"drafter {drafter.name!r} proposed {draft.depth()} tokens in a row, more than {k_max}")

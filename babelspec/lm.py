@@ -13,8 +13,12 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from babelspec.lean import LeanCache, lean_forward
+from babelspec.lean import LeanCache, lean_forward, tree_ancestors
+
+# Hugging Face attention implementations that take an arbitrary additive 4-D mask (a token tree's)
+TREE_ATTENTION = ("eager", "sdpa")
 
 
 class ForwardTimer:
@@ -97,6 +101,7 @@ class CausalLM:
         # Recurrent layers (e.g. Qwen3.5's linear attention) cannot be cropped: rollback then
         # restores a checkpoint and replays the kept tokens.
         self.croppable = bool(getattr(self.cache, "is_croppable", True))
+        self._tree_window = self._hf_tree_window()
         self.cached_len = 0
         self.tokens: list[int] = []  # the ids in the cache, for replay
         self._checkpoint: RecurrentSnapshot | None = None
@@ -116,10 +121,37 @@ class CausalLM:
     def forward_seconds(self) -> list[float]:
         return self.timer.seconds
 
+    def _hf_tree_window(self) -> float | None:
+        """For Hugging Face's forward: the most tokens its cache may hold after a token tree's
+        forward (inf: no limit), or None where it cannot verify trees. Every cache layer must be
+        plain attention (``DynamicLayer``; a sliding window while it is not yet full, so its keys
+        are the whole context) under an attention that takes an arbitrary mask; recurrent layers
+        (Qwen3.5's linear attention) read their tokens in order and cannot."""
+        if self.lean is not None or not isinstance(self.cache, DynamicCache):
+            return None
+        if getattr(self.model.config, "_attn_implementation", None) not in TREE_ATTENTION:
+            return None
+        window = float("inf")
+        for layer in self.cache.layers:
+            if type(layer) is DynamicSlidingWindowLayer:
+                window = min(window, layer.sliding_window - 1)
+            elif type(layer) is not DynamicLayer:
+                return None
+        return window
+
     @property
     def supports_trees(self) -> bool:
-        """Whether ``forward`` takes a token tree (``parents``): the lean forward does."""
-        return self.lean is not None
+        """Whether ``forward`` takes token trees (``parents``): the lean forward always, Hugging
+        Face's on attention-only caches (``verifies_tree`` says for each block)."""
+        return self.lean is not None or self._tree_window is not None
+
+    def verifies_tree(self, n: int) -> bool:
+        """Whether a tree of ``n`` tokens can be verified in one forward now: always with the lean
+        forward; with Hugging Face's while the context stays within every sliding window, where
+        one mask over the whole context serves every layer."""
+        if self.lean is not None:
+            return True
+        return self._tree_window is not None and self.cached_len + n <= self._tree_window
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0,
@@ -127,16 +159,20 @@ class CausalLM:
         """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
         ``logits_to_keep`` positions (all when 0; none with the lean forward's ``CACHE_ONLY``),
         shape [n or logits_to_keep, vocab].
-        ``parents`` [n] makes the block a token tree (``lean.LeanGemma3.forward``); the cache
-        then holds every node until ``keep_path``."""
+        ``parents`` [n] makes the block a token tree (``lean.LeanGemma3.forward``; with Hugging
+        Face's forward, a mask and positions by depth where ``verifies_tree``); the cache then
+        holds every node until ``keep_path``."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
+        tree: dict[str, torch.Tensor] = {}
         if parents is not None and self.lean is None:
-            raise ValueError("token trees need the lean forward (a Gemma-3 model under eager attention)")
+            if not self.verifies_tree(ids.shape[1]):
+                raise ValueError(self._no_tree_reason(ids.shape[1]))
+            tree = self._tree_inputs(parents)
         self.timer.start()
         if self.lean is not None:
             logits = self.lean(ids, self.cache, logits_to_keep, parents).float()
         else:
-            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep)
+            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep, **tree)
             logits = out.logits[0].float()
         self.timer.stop()
         # Sampling and the rejection test run on the CPU whatever the model's device: a few
@@ -146,6 +182,25 @@ class CausalLM:
         self.cached_len += ids.shape[1]
         self.tokens.extend(ids[0].tolist())
         return logits
+
+    def _tree_inputs(self, parents: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Hugging Face's inputs for a token tree after the cached tokens: an additive mask [1, 1,
+        n, past + n] (the cache and each node's ancestors) and positions by depth."""
+        ancestors, depth = tree_ancestors(parents)
+        past, n = self.cached_len, len(depth)
+        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), ancestors], dim=1).to(self.device)
+        dtype = self.model.get_input_embeddings().weight.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
+        return {"attention_mask": mask[None, None], "position_ids": (past + depth).to(self.device)[None]}
+
+    def _no_tree_reason(self, n: int) -> str:
+        if self._tree_window is None:
+            kind = getattr(self.model.config, "model_type", type(self.model).__name__)
+            return (f"this {kind} model cannot verify token trees: its cache has recurrent or non-attention layers, "
+                    f"or its attention ({getattr(self.model.config, '_attn_implementation', None)}) takes no "
+                    f"custom mask (use one of {', '.join(TREE_ATTENTION)})")
+        return (f"a token tree of {n} tokens after {self.cached_len} cached ones passes the model's sliding window "
+                f"({int(self._tree_window) + 1} tokens); verify its first chain instead")
 
     def checkpoint(self) -> None:
         """Remember the recurrent state as it is now, as the point a later ``crop_or_replay``
@@ -161,7 +216,15 @@ class CausalLM:
         """After a token tree's forward: keep the first ``past`` tokens and the block's nodes at
         ``indices`` (ascending, the accepted path), a gather of the cached keys and values."""
         at = torch.as_tensor(indices, dtype=torch.long)
-        self.cache.keep(past, at)
+        if isinstance(self.cache, LeanCache):
+            self.cache.keep(past, at)
+        else:  # a Hugging Face cache of attention layers (``verifies_tree``)
+            keep = torch.cat([torch.arange(past), past + at]).to(self.device)
+            for layer in self.cache.layers:
+                if layer.is_initialized and layer.keys.numel():
+                    layer.keys, layer.values = layer.keys[..., keep, :], layer.values[..., keep, :]
+                if type(layer) is DynamicSlidingWindowLayer:
+                    layer.cumulative_length = past + len(indices)
         self.tokens = self.tokens[:past] + [self.tokens[past + i] for i in indices]
         self.cached_len = past + len(indices)
 

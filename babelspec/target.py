@@ -45,7 +45,7 @@ class Target(CausalLM):
 
     def verify_tree(self, tokens: list[int], parents: torch.Tensor) -> torch.Tensor:
         """Logits [len(tokens), vocab] of a token tree in one forward: the pending token (parent
-        -1) and the drafted nodes, each seeing only its ancestors (``supports_trees`` only)."""
+        -1) and the drafted nodes, each seeing only its ancestors (where ``verifies_tree``)."""
         return self.forward(tokens, parents=parents)
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from babelspec.bench.quant import spec_for
-from babelspec.bench.tree import setting_table
+from babelspec.bench.tree import TreeBenchConfig, setting_table, tree_specs
 from babelspec.cli import app
 
 
@@ -43,6 +43,23 @@ def test_quant_specs_take_the_prompts_language() -> None:
     assert spec_for("int8", "amh", bigram) == "int8:amh" and spec_for("head", "amh", bigram) == "head:amh"
     assert spec_for("int8:12@", "amh", bigram) == "int8:12@amh" and spec_for("bigram", "amh", bigram) == "ngram:amh.ngram"
     assert spec_for("self:6", "amh", bigram) == "self:6"
+
+
+def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() -> None:
+    """Without ``tree=0`` a chain setting would be the drafter's default tree under greedy."""
+    from babelspec.drafters.ngram import NgramDraftConfig, parse_spec
+
+    specs = tree_specs(TreeBenchConfig(gamma=4, budgets=(8,), branches=(2, 4)))
+    assert list(specs) == ["plain", "chain γ=4", "chain γ=8", "tree 8 branch 2", "tree 8 branch 2 deep",
+                           "tree 8 branch 4", "tree 8 branch 4 deep"]
+
+    def config(name: str) -> NgramDraftConfig:
+        return NgramDraftConfig.from_options(parse_spec(specs[name][0].format(ngram="ngram:x.ngram")[6:])[1])
+
+    assert config("chain γ=4").tree == config("chain γ=8").tree == 0 and specs["chain γ=8"][1] == 8
+    assert (config("tree 8 branch 4").tree, config("tree 8 branch 4").branch, specs["tree 8 branch 4"][1]) == (8, 4, 4)
+    assert specs["tree 8 branch 2 deep"][1] == 8 and config("tree 8 branch 2 deep").branch == 2
+    assert "tree 8 deep" not in tree_specs(TreeBenchConfig(gamma=4, budgets=(8,), deep=False))
 
 
 @pytest.mark.parametrize("command,option,value,message", [

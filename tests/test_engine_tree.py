@@ -1,7 +1,8 @@
 """Token trees: one forward verifies several guesses per position, still lossless.
 
-The tree forward's logits equal those of separate forwards over each path (exact mode), the
-cache keeps only the accepted path, tree acceptance follows the target's joint distribution
+The tree forward's logits equal those of separate forwards over each path (exact mode), with
+the lean forward and with Hugging Face's (a 4-D mask and positions by depth), the cache keeps
+only the accepted path, tree acceptance follows the target's joint distribution
 exactly (point-mass and sampled children, under the paper's warping with its repetition
 penalty), and greedy tree decoding equals plain greedy decoding.
 """
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from stats import chi_square_pvalue
-from tiny import tiny_gemma3
+from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 from babelspec.drafters.base import Draft, Drafter
 from babelspec.engine import accept_tree, generate
@@ -34,6 +35,22 @@ def gemma():
     return _eager(tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4))
 
 
+# (model, forward): Gemma-3 under the lean forward (its sliding window of 4 full from the
+# prompt on) and under Hugging Face's (a window of 64, so every layer sees the whole context),
+# and another family, Qwen3, which has only Hugging Face's forward
+KINDS = ["gemma-lean", "gemma-hf", "qwen3-hf"]
+
+
+def _model(kind: str):
+    if kind == "qwen3-hf":
+        return _eager(tiny_qwen3(vocab=VOCAB, seed=3))
+    return _eager(tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4 if kind == "gemma-lean" else 64))
+
+
+def _forward(kind: str) -> str:
+    return kind.rsplit("-", 1)[1]
+
+
 # pending token (parent -1), then: 0 -> {1, 2}, 1 -> {3}, 2 -> {4, 5}, 5 -> {6}
 BLOCK = [3, 6, 2, 4, 1, 0, 5]
 PARENTS = [-1, 0, 0, 1, 2, 2, 5]
@@ -47,17 +64,17 @@ def _path(i):
     return out[::-1]
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_tree_logits_equal_separate_forwards_over_each_path(gemma, dtype):
-    model = tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4)
-    model = _eager(model).to(dtype)
-    lm = CausalLM(model)
-    assert lm.supports_trees
+def test_tree_logits_equal_separate_forwards_over_each_path(kind, dtype):
+    model = _model(kind).to(dtype)
+    lm = CausalLM(model, forward=_forward(kind))
+    assert lm.supports_trees and (lm.lean is not None) == (_forward(kind) == "lean")
     lm.forward(PROMPT[:-1])
     tree = lm.forward(BLOCK, parents=torch.tensor(PARENTS))
     for i in range(len(BLOCK)):
         path = _path(i)
-        alone = CausalLM(model)
+        alone = CausalLM(model, forward=_forward(kind))
         alone.forward(PROMPT[:-1])
         rows = alone.forward([BLOCK[j] for j in path])
         if dtype == torch.float32:  # exact mode: the same numbers
@@ -66,24 +83,56 @@ def test_tree_logits_equal_separate_forwards_over_each_path(gemma, dtype):
             assert int(tree[i].argmax()) == int(rows[-1].argmax())
 
 
-def test_the_cache_keeps_only_the_accepted_path(gemma):
-    lm = CausalLM(gemma)
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_cache_keeps_only_the_accepted_path(kind):
+    model = _model(kind)
+    lm = CausalLM(model, forward=_forward(kind))
     lm.forward(PROMPT[:-1])
     past = lm.cached_len
     lm.forward(BLOCK, parents=torch.tensor(PARENTS))
     lm.keep_path(past, [0, 2, 5])  # pending, node 2, node 5
     after = lm.forward([BLOCK[6]])
-    ref = CausalLM(gemma)
+    ref = CausalLM(model, forward=_forward(kind))
     ref.forward(PROMPT[:-1] + [BLOCK[0], BLOCK[2], BLOCK[5]])
     torch.testing.assert_close(after, ref.forward([BLOCK[6]]), rtol=1e-5, atol=1e-5)
     assert lm.tokens == PROMPT[:-1] + [BLOCK[0], BLOCK[2], BLOCK[5], BLOCK[6]]
 
 
-def test_parents_must_point_back(gemma):
-    lm = CausalLM(gemma)
+@pytest.mark.parametrize("kind", KINDS)
+def test_parents_must_point_back(kind):
+    lm = CausalLM(_model(kind), forward=_forward(kind))
     lm.forward(PROMPT[:-1])
     with pytest.raises(ValueError, match="topological order"):
         lm.forward([1, 2, 3], parents=torch.tensor([-1, 2, 0]))
+
+
+def test_hugging_face_trees_stop_at_a_full_sliding_window_and_the_engine_verifies_the_first_chain(gemma):
+    """Past a sliding window, layers see different keys and one mask no longer serves them all:
+    a tree forward is refused with its reason, and generation verifies each tree's first chain,
+    still equal to plain greedy decoding."""
+    lm = CausalLM(gemma, forward="hf")
+    assert lm.supports_trees and lm.verifies_tree(3)
+    lm.forward(PROMPT[:-1])  # 4 cached tokens: a window of 4 is full
+    assert not lm.verifies_tree(2)
+    with pytest.raises(ValueError, match="sliding window .4 tokens.; verify its first chain"):
+        lm.forward(BLOCK, parents=torch.tensor(PARENTS))
+    target = Target(gemma, forward="hf")
+    greedy = SamplingConfig(greedy=True)
+    plain = generate(target, _none(), PROMPT, max_new_tokens=10, sampling=greedy)
+    likely = torch.tensor([0.2, 0.0, 0.1, 0.4, 0.3, 0.0, 0.0, 0.0])
+    tree = generate(target, TreeDrafter("point", p=likely), PROMPT, gamma=2, max_new_tokens=10, sampling=greedy)
+    assert tree.token_ids == plain.token_ids
+    assert max(tree.proposed_per_step) <= 2  # first chains (depth 2), not trees of 9 nodes
+
+
+def test_recurrent_layers_cannot_verify_trees():
+    """Qwen3.5's linear-attention layers read their tokens in order: no trees, and a clear
+    error naming why when one is passed anyway."""
+    lm = CausalLM(tiny_qwen35(vocab=VOCAB), forward="hf")
+    assert not lm.supports_trees and not lm.verifies_tree(2)
+    lm.forward(PROMPT[:-1])
+    with pytest.raises(ValueError, match="cannot verify token trees: its cache has recurrent"):
+        lm.forward(BLOCK, parents=torch.tensor(PARENTS))
 
 
 class TreeDrafter(Drafter):
@@ -147,13 +196,15 @@ def exact_triple_distribution(model, prompt: list[int], config: SamplingConfig) 
     return joint.flatten()
 
 
+@pytest.mark.parametrize("kind", ["gemma-lean", "gemma-hf"])
 @pytest.mark.parametrize("form", ["point", "sampled"])
-def test_depth_two_trees_follow_the_target_distribution(gemma, form):
+def test_depth_two_trees_follow_the_target_distribution(kind, form):
     """Three tokens from one step of a depth-2 tree (3 first guesses, 2 after each) plus the
     bonus: the joint law of the triple is the target's, each row penalised along its own path."""
+    model = _model(kind)
     config = SamplingConfig(top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=2)
-    exact = exact_triple_distribution(gemma, PROMPT, config)
-    target = Target(gemma)
+    exact = exact_triple_distribution(model, PROMPT, config)
+    target = Target(model, forward=_forward(kind))
     drafter = TreeDrafter(form)
     counts = torch.zeros(VOCAB**3)
     depths = []
@@ -181,16 +232,18 @@ def test_the_tree_rule_tries_point_mass_children_in_order():
     assert chi_square_pvalue(counts, q) > 1e-3
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_greedy_tree_decoding_equals_plain_greedy(gemma, dtype):
-    model = _eager(tiny_gemma3(vocab=VOCAB, seed=3, sliding_window=4)).to(dtype)
-    target = Target(model)
+def test_greedy_tree_decoding_equals_plain_greedy(kind, dtype):
+    model = _model(kind).to(dtype)
+    target = Target(model, forward=_forward(kind))
     greedy = SamplingConfig(greedy=True)
     plain = generate(target, _none(), PROMPT, max_new_tokens=12, sampling=greedy)
-    likely = torch.tensor([0.2, 0.0, 0.1, 0.4, 0.3, 0.0, 0.0, 0.0])  # the target's likely tokens on top
+    # the target's own most frequent tokens as the point-mass candidates
+    likely = torch.bincount(torch.tensor(plain.token_ids), minlength=VOCAB).float()
     tree = generate(target, TreeDrafter("point", p=likely), PROMPT, gamma=2, max_new_tokens=12, sampling=greedy)
     assert tree.token_ids == plain.token_ids
-    assert tree.accepted > 0
+    assert tree.accepted > 0 and max(tree.proposed_per_step) == 9  # whole trees verified
 
 
 def _none():
@@ -210,18 +263,19 @@ def real_bigram(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram, dtype):
+@pytest.mark.parametrize(("dtype", "forward"), [("float32", "lean"), ("bfloat16", "lean"), ("float32", "hf")])
+def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram, dtype, forward):
     """The real target and a real bigram: a tree of 12 nodes per step decodes greedily to the
-    same tokens as plain decoding, and keeps more drafted tokens per step than the chain."""
+    same tokens as plain decoding, and keeps more drafted tokens per step than the chain; with
+    the lean forward and with Hugging Face's."""
     from babelspec.drafters import make_drafter
     from babelspec.machine import cpu_flags
-    from babelspec.models import DEFAULT_TARGET
-    from babelspec.target import load_target
+    from babelspec.models import DEFAULT_TARGET, load_model
 
     if dtype == "bfloat16" and ("avx512_bf16" not in cpu_flags() or "amx_bf16" in cpu_flags()):
         pytest.skip("bf16 verification rows equal decode rows where measured: AVX-512 BF16 without AMX (Zen 4)")
-    target = load_target(DEFAULT_TARGET, dtype=dtype)
+    target = Target(*load_model(DEFAULT_TARGET, dtype=dtype), forward=forward)
+    assert (target.lean is None) == (forward == "hf") and target.supports_trees
     greedy = SamplingConfig(greedy=True)
     prompt = target.tokenizer("Ẹnì kọ̀ọ̀kan ló ní ẹ̀tọ́ láti").input_ids
     plain = generate(target, make_drafter("none", target), prompt, max_new_tokens=24, sampling=greedy)

@@ -218,7 +218,7 @@ def bench_ngram(
 
 @bench_app.command("tree")
 def bench_tree(
-    target: str = typer.Option(DEFAULT_TARGET, help="Target model (its forward must verify trees: Gemma-3)."),
+    target: str = typer.Option(DEFAULT_TARGET, help="Target model (it must verify trees: attention layers only)."),
     langs: str = typer.Option("", help="Comma-separated language codes (default: amh,npi,yor,grn,oci,ibo)."),
     prompts_per_lang: int = typer.Option(4, help="FLORES-200 test sentences per language."),
     max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
@@ -226,6 +226,7 @@ def bench_tree(
     budgets: str = typer.Option("8,15", help="Comma-separated tree node budgets."),
     branches: str = typer.Option("4", help="Comma-separated tree branchings: candidates per node under greedy, "
                                  "independent chains under sampling."),
+    deep: bool = typer.Option(True, help="Also each tree of depth up to its budget, not only γ."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
                                   "else ../shared/corpora]"),
@@ -241,7 +242,7 @@ def bench_tree(
                           prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
                           gamma=_positive("--gamma", gamma), budgets=budget_list, branches=branch_list,
-                          modes=mode_list,
+                          deep=deep, modes=mode_list,
                           data_root=data_root, dtype=dtype)  # fmt: skip
     try:
         result = tree_bench(cfg)

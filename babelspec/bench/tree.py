@@ -2,7 +2,8 @@
 
 Per language, FLORES-200 test sentences (SIB-200's test split, dev-split shots) are translated
 from English by the target: plain decoding, the corpus bigram as a chain of γ tokens, the same
-bigram as a chain of the tree's node budget, and as token trees of each budget (depth γ). The
+bigram as a chain of the tree's node budget, and as token trees of each budget, of depth γ and
+("deep") of depth up to the budget, where best-first growth decides how deep to go. The
 bigram is counted on the language's real monolingual sets (``babelspec.data.real``), never the
 test split. Runs are interleaved per prompt, the order rotated, so a busy machine slows every
 setting alike; speedups are medians of per-prompt ratios of decode seconds per token against
@@ -34,6 +35,7 @@ class TreeBenchConfig:
     gamma: int = 4  # the chain's length and the tree's depth
     budgets: tuple[int, ...] = (8, 15)  # tree node budgets (15 nodes + the pending token = 16 rows)
     branches: tuple[int, ...] = (4,)  # candidates per node (greedy) / chains (sampling): the spec's branch
+    deep: bool = True  # also each tree of depth up to its budget ("tree N deep")
     modes: tuple[str, ...] = ("greedy", "sample")
     data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA, else ../shared/corpora)
     dtype: str = "auto"
@@ -112,11 +114,27 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
     return records, names
 
 
-def tree_names(cfg: TreeBenchConfig, budget: int) -> dict[int, str]:
-    """The settings' names of the trees of ``budget`` nodes, by branching."""
-    if len(cfg.branches) == 1:
-        return {cfg.branches[0]: f"tree {budget}"}
-    return {branch: f"tree {budget} branch {branch}" for branch in cfg.branches}
+def tree_names(cfg: TreeBenchConfig, budget: int) -> dict[tuple[int, int], str]:
+    """The settings' names of the trees of ``budget`` nodes, by (branching, depth)."""
+    depths = [cfg.gamma] + ([budget] if cfg.deep and budget > cfg.gamma else [])
+    names = {}
+    for branch in cfg.branches:
+        for depth in depths:
+            name = f"tree {budget}" + (f" branch {branch}" if len(cfg.branches) > 1 else "")
+            names[branch, depth] = name + (" deep" if depth != cfg.gamma else "")
+    return names
+
+
+def tree_specs(cfg: TreeBenchConfig) -> dict[str, tuple[str, int]]:
+    """{setting: (drafter spec with ``{ngram}`` for the bigram's, γ)}: plain first, then the
+    chains and trees. Chains say ``tree=0``: with no tree option the n-gram drafter drafts its
+    default tree under greedy decoding."""
+    specs = {"plain": ("none", 1), f"chain γ={cfg.gamma}": ("{ngram},tree=0", cfg.gamma)}
+    for budget in cfg.budgets:
+        specs[f"chain γ={budget}"] = ("{ngram},tree=0", budget)
+        for (branch, depth), name in tree_names(cfg, budget).items():
+            specs[name] = (f"{{ngram}},tree={budget},branch={branch}", depth)
+    return specs
 
 
 def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
@@ -127,12 +145,9 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     root = real_root("tree", cfg.data_root)
     target = load_target(cfg.target, dtype=cfg.dtype)
     if not target.supports_trees:
-        raise ValueError(f"{cfg.target} has no tree verification (the lean forward: Gemma-3 under eager attention)")
-    specs = {"plain": ("none", 1), f"chain γ={cfg.gamma}": ("{ngram}", cfg.gamma)}
-    for budget in cfg.budgets:
-        specs[f"chain γ={budget}"] = ("{ngram}", budget)
-        for branch, name in tree_names(cfg, budget).items():
-            specs[name] = (f"{{ngram}},tree={budget},branch={branch}", cfg.gamma)
+        raise ValueError(f"{cfg.target} cannot verify token trees (recurrent layers, or an attention without "
+                         "custom masks)")
+    specs = tree_specs(cfg)
 
     def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:
         return {name: (make_drafter(spec.format(ngram=f"ngram:{bigram}"), target), gamma)
