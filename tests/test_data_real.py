@@ -68,3 +68,20 @@ def test_real_config_never_overlaps() -> None:
         training = [t for s in mono for t in monolingual_texts(s, lang)]
         kept, _ = without(training, test_texts)
         assert len(kept) > 6000 and not set(kept) & set(test_texts)
+
+
+def test_bench_peers_flores_prompts_translate_held_out_test_sentences() -> None:
+    """``bench peers --task flores``: each prompt ends with a FLORES-200 test sentence in English
+    to translate, none from the train split; an unknown folder is a clear error."""
+    from babelspec.bench.peers import benchmark_prompts
+    from babelspec.models import DEFAULT_TARGET, load_tokenizer
+
+    tokenizer = load_tokenizer(DEFAULT_TARGET)
+    items = benchmark_prompts(tokenizer, ["amh", "yor"], 2, "flores", data_root=str(CORPORA))
+    assert [i.lang for i in items] == ["amh", "amh", "yor", "yor"]
+    english = {s: {r["text"] for r in load_layout_pairs("sib200", CORPORA, "eng", s)} for s in ("train", "test")}
+    for item in items:
+        assert sum(sentence in item.text for sentence in english["test"]) == 1, item.text
+        assert not any(sentence in item.text for sentence in english["train"])
+    with pytest.raises(ValueError, match="not a folder"):
+        benchmark_prompts(tokenizer, ["amh"], 1, "flores", data_root=str(CORPORA / "missing"))

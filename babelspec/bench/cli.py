@@ -120,7 +120,10 @@ def bench_peers(
                                            "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
-    task: str = typer.Option("translation", help="Prompts: translation, story or prefix (short in-language text)."),
+    task: str = typer.Option("translation", help="Prompts: translation, story, prefix (short in-language text) or "
+                             "flores (held-out FLORES-200 test sentences from the corpora folder)."),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder of --task flores [default: "
+                                  "$BABELSPEC_CORPORA, else ../shared/corpora]"),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
     llama_cpp: bool = typer.Option(True, help="Also time llama.cpp plain decoding of the same GGUF (needs llama-cpp-python)."),
@@ -148,6 +151,7 @@ def bench_peers(
         drafters=tuple(d.strip() for d in drafters.split(",") if d.strip()) or None,
         assistant=None if assistant == "none" else assistant,
         task=task,
+        data_root=data_root,
         dtype=dtype,
         llama_cpp=llama_cpp,
         llama_cpp_lookup=llama_cpp_lookup,

@@ -82,15 +82,33 @@ class PromptItem:
 
 
 def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str = "translation",
-                      seed: int = 0) -> list[PromptItem]:
+                      seed: int = 0, data_root: str = "") -> list[PromptItem]:
     """Prompts of a task (the data layer's templates for base models), ``per_lang`` each.
 
     ``task="prefix"`` gives short in-language prompts instead: the first ``PREFIX_WORDS``
     words of monolingual test texts, for checks whose cost should be decoding, not prefill.
+    ``task="flores"``: translations from English of held-out FLORES-200 test sentences (SIB-200's
+    test split, dev-split shots) from the corpora folder ``data_root`` (else $BABELSPEC_CORPORA,
+    else ../shared/corpora).
     """
     from babelspec.data.tasks import get_task
 
     items = []
+    if task == "flores":
+        from babelspec.bench.tree import real_root
+        from babelspec.data.real import real_data
+        from babelspec.distill.data import task_prompts
+
+        root = real_root("peers --task flores", data_root)
+        for lang in langs:
+            real = real_data(lang, root)
+            if real is None:
+                raise ValueError(f"{root} holds no FLORES-200 sentences for {lang}; see babelspec.data.real")
+            for prompt in task_prompts("translation", lang, tokenizer, "test", per_lang,
+                                       sources=(real.test, real.shots), root=str(root)):  # fmt: skip
+                ids = list(prompt.prompt_ids)
+                items.append(PromptItem(lang, ids, tokenizer.decode(ids)))
+        return items
     if task == "prefix":
         from babelspec.data.corpus import monolingual
 
@@ -262,7 +280,8 @@ class PeersConfig:
     drafters: tuple[str, ...] | None = None  # None: default_drafters(n_layers)
     prompt_lookup_num_tokens: int = 10
     assistant: str | None = "self:12"  # HF assisted generation with this self-draft; None: skip
-    task: str = "translation"
+    task: str = "translation"  # or story, prefix, flores (held-out FLORES-200 test sentences)
+    data_root: str = ""  # the corpora folder of --task flores
     threads: int | None = None
     dtype: str = "auto"  # babelspec and HF alike: auto | bfloat16 | float32
     llama_cpp: bool = True  # also llama.cpp plain decoding of the same GGUF, if installed
@@ -325,7 +344,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         except LlamaCppUnavailable as err:
             llama_note = f"skipped: {err}"
     specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
-    prompts = benchmark_prompts(tokenizer, list(cfg.langs), cfg.prompts_per_lang, cfg.task)
+    prompts = benchmark_prompts(tokenizer, list(cfg.langs), cfg.prompts_per_lang, cfg.task, data_root=cfg.data_root)
     drafters: dict[str, Any] = {"none": make_drafter("none", target)}
     for item in prompts:
         for spec in specs:
