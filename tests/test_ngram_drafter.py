@@ -275,8 +275,11 @@ def test_the_default_is_a_tree_under_greedy_decoding_where_the_target_verifies_t
 
     gemma = tiny_gemma3(vocab=V, seed=3)
     gemma.set_attn_implementation("eager")
-    qwen = tiny_qwen3(vocab=V, seed=4)
-    for model, trees in ((gemma, True), (qwen, False)):
+    from tiny import tiny_qwen35
+
+    qwen = tiny_qwen3(vocab=V, seed=4)  # Hugging Face's forward verifies its trees too
+    recurrent = tiny_qwen35(vocab=V)  # linear attention: no trees
+    for model, trees in ((gemma, True), (qwen, True), (recurrent, False)):
         d = make_drafter(f"ngram:{bigram_file},lookup=0", Target(model, tokenizer))
         for sampling, budget in ((SamplingConfig(greedy=True), DEFAULT_TREE["greedy"]), (WARPED, DEFAULT_TREE["sample"])):
             d.start(ids("a b"), sampling, torch.Generator().manual_seed(0))
@@ -285,3 +288,14 @@ def test_the_default_is_a_tree_under_greedy_decoding_where_the_target_verifies_t
         explicit = make_drafter(f"ngram:{bigram_file},lookup=0,tree=0", Target(model, tokenizer))
         explicit.start(ids("a b"), SamplingConfig(greedy=True), torch.Generator().manual_seed(0))
         assert explicit.propose(3).parents is None  # tree=0: a chain, whatever the target
+        assert explicit.preferred_gamma is None and d.preferred_gamma is None
+
+
+def test_an_explicit_tree_prefers_a_depth_up_to_its_budget(bigram_file, tokenizer):
+    """``tree=N`` without a γ: best-first growth may go N deep (bench tree's "deep" trees)."""
+    from babelspec.drafters.base import DEFAULT_GAMMA, resolve_gamma
+
+    target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
+    tree = make_drafter(f"ngram:{bigram_file},tree=8", target)
+    assert resolve_gamma(None, tree) == 8 and resolve_gamma(3, tree) == 3
+    assert resolve_gamma(None, make_drafter(f"ngram:{bigram_file}", target)) == DEFAULT_GAMMA
