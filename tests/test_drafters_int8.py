@@ -1,4 +1,5 @@
-"""``int8:[K@]LANG``: the target's own layers and restricted head on weight-only int8 copies.
+"""``int8:[K@]LANG``: the target's own layers on weight-only int8 copies, under its restricted head
+in the model's own dtype.
 Its products are what they claim, its drafts are close to the full-precision drafter's, and the
 engine stays exact with it: greedy equal to plain greedy, samples following the target."""
 
@@ -53,6 +54,17 @@ def test_int8_forward_is_close_to_the_full_precision_drafter() -> None:
     assert not torch.equal(full, int8)  # it is another model ...
     assert (full.argmax(-1) == int8.argmax(-1)).float().mean() >= 0.8  # ... close to the target's own
     torch.testing.assert_close(torch.softmax(int8, -1), torch.softmax(full, -1), atol=0.05, rtol=0.5)
+
+
+def test_the_restricted_head_stays_in_the_models_dtype_under_int8_layers() -> None:
+    """An int8 head cost the non-Latin scripts most of their acceptance: only the layers are int8."""
+    model = _gemma(dtype=torch.bfloat16)
+    head = RestrictedHeadLM(model, torch.arange(0, 64, 2), quantize="int8")
+    hidden = torch.randn(1, 3, model.config.hidden_size).bfloat16()
+    assert torch.equal(head.base_product(hidden), torch.nn.functional.linear(hidden, head.base_weight))
+    assert head.base_weight.dtype == torch.bfloat16
+    lm = CausalLM(head, quantize="int8")
+    assert all(isinstance(layer.down, Int8Linear) for layer in lm.lean.layers)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
