@@ -68,7 +68,40 @@ def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() ->
     ("tree", "--budgets", "8,x", "--budgets takes comma-separated integers"),
     ("tree", "--branches", "2,x", "--branches takes comma-separated integers"),
     ("serve", "--clients", "1,0", "--clients takes counts of at least 1"),
+    ("peers", "--gammas", "bigram@=0", "--gammas takes SPEC=γ with γ a positive integer"),
+    ("peers", "--gammas", "bigram@", "--gammas takes SPEC=γ"),
 ])  # fmt: skip
 def test_bad_bench_options_are_refused_with_the_fix(command, option, value, message) -> None:
     res = CliRunner().invoke(app, ["bench", command, option, value])
     assert res.exit_code == 2 and message in res.output
+
+
+def test_peers_decode_rates_exclude_the_prefill_and_pair_each_run_with_llama_cpp() -> None:
+    """``decode_tokens_per_s``: tokens after the prompt's prefill over the time after it; the
+    decode ratio to llama.cpp pairs runs of the same prompt, while whole-run ratios, prefill
+    included, stay as they were."""
+    from babelspec.bench.peers import LLAMA_CPP, PeersConfig, summarise
+
+    def run(method: str, prompt: int, tokens: int, seconds: float, decode_tokens: int, decode_seconds: float) -> dict:
+        return {"mode": "greedy", "rep": 0, "prompt": prompt, "lang": "amh", "method": method, "tokens": tokens,
+                "chars": 2 * tokens, "seconds": seconds, "decode_tokens": decode_tokens,
+                "decode_seconds": decode_seconds}  # fmt: skip
+
+    records = [run("hf-plain", p, 10, 2.0, 0, 0.0) for p in (0, 1)] + [
+        run("hf-prompt-lookup", p, 10, 1.0, 0, 0.0) for p in (0, 1)] + [
+        run(LLAMA_CPP, 0, 10, 1.0, 9, 0.5), run(LLAMA_CPP, 1, 10, 1.0, 9, 0.9),
+        {**run("babelspec:none", 0, 10, 1.0, 10, 0.5), "alpha": float("nan"), "c": 0.0, "mean_accepted_length": 0.0},
+        {**run("babelspec:none", 1, 10, 1.0, 10, 0.5), "alpha": float("nan"), "c": 0.0, "mean_accepted_length": 0.0},
+        {**run("babelspec:bigram@", 0, 10, 0.5, 10, 0.1), "alpha": 0.5, "c": 0.0,
+         "mean_accepted_length": 1.0},
+        {**run("babelspec:bigram@", 1, 10, 0.5, 10, 10 / 40), "alpha": 0.5, "c": 0.0, "mean_accepted_length": 1.0},
+    ]  # fmt: skip
+    methods = ["hf-plain", "hf-prompt-lookup", LLAMA_CPP, "babelspec:none", "babelspec:bigram@"]
+    cfg = PeersConfig(langs=("amh",), modes=("greedy",))
+    table = summarise(records, cfg, methods, [], 1.0)["modes"]["greedy"]
+    assert table[LLAMA_CPP]["decode_tokens_per_s"] == pytest.approx(14.0)  # median of 18 and 10
+    # prompt 0: 10 / 0.1 = 100 tokens/s against llama.cpp's 18 (5.6x); prompt 1: 40 against 10 (4x)
+    assert table["babelspec:bigram@"]["decode_ratio_to_llama_cpp"] == pytest.approx((100 / 18 + 4) / 2, abs=1e-4)
+    assert table["babelspec:bigram@"]["ratio_to_llama_cpp"] == pytest.approx(2.0)  # whole runs, prefill included
+    assert "decode_tokens_per_s" not in table["hf-plain"]
+    assert table["_best_babelspec_vs_llama_cpp_decode"]["best"] == "babelspec:bigram@"

@@ -108,6 +108,17 @@ def _counts(name: str, value: str) -> list[int]:
     return counts
 
 
+def _spec_gammas(text: str) -> dict[str, int]:
+    """``--gammas``: comma-separated SPEC=γ (γ a positive integer)."""
+    out = {}
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        spec, _, value = item.rpartition("=")
+        if not spec or not value.isdigit() or int(value) < 1:
+            raise typer.BadParameter(f"--gammas takes SPEC=γ with γ a positive integer, got {item!r}")
+        out[spec] = int(value)
+    return out
+
+
 @bench_app.command("peers")
 def bench_peers(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
@@ -115,6 +126,7 @@ def bench_peers(
     prompts_per_lang: int = typer.Option(2, help="Prompts per language."),
     max_new_tokens: int = typer.Option(64, help="Tokens generated per run."),
     gamma: int = typer.Option(3, help="Tokens drafted per step for the babelspec drafters."),
+    gammas: str = typer.Option("", help="Comma-separated SPEC=γ: a drafter's own γ (e.g. bigram@=8)."),
     repeats: int = typer.Option(1, help="Rounds over all prompts (medians over all runs)."),
     drafters: str = typer.Option("", help="Comma-separated drafter specs (default: self:6, self:12, head, self:12@; "
                                            "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
@@ -146,6 +158,7 @@ def bench_peers(
         prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
         max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
         gamma=_positive("--gamma", gamma),
+        gammas=_spec_gammas(gammas),
         repeats=_positive("--repeats", repeats),
         modes=mode_list,
         drafters=tuple(d.strip() for d in drafters.split(",") if d.strip()) or None,

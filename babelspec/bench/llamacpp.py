@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ class LlamaCppModel:
         self._stack = stack
         import llama_cpp
 
+        self.first_token_seconds = 0.0  # of the last generate: prompt evaluation and first token
         self.description = f"llama-cpp-python {llama_cpp.__version__}, {gguf.name}, {threads} threads"
         if lookup:
             self.description += f", LlamaPromptLookupDecoding drafting {lookup} tokens"
@@ -59,7 +61,10 @@ class LlamaCppModel:
             kwargs = dict(top_k=100, top_p=0.9, min_p=0.0, temp=1.0, repeat_penalty=1.0)
         eos = llm.token_eos()
         out: list[int] = []
+        started = time.perf_counter()
         for token in llm.generate(ids, reset=True, **kwargs):
+            if not out:  # the prompt's evaluation and the first token: the prefill
+                self.first_token_seconds = time.perf_counter() - started
             out.append(int(token))
             if token == eos or len(out) >= max_new_tokens:
                 break

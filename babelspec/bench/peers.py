@@ -275,6 +275,7 @@ class PeersConfig:
     prompts_per_lang: int = 2
     max_new_tokens: int = 64
     gamma: int = 3
+    gammas: dict[str, int] = field(default_factory=dict)  # drafter spec -> its own γ (else gamma)
     repeats: int = 1
     modes: tuple[str, ...] = ("greedy", "sample")
     drafters: tuple[str, ...] | None = None  # None: default_drafters(n_layers)
@@ -297,6 +298,9 @@ def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig,
     extra: dict[str, Any] = {}
     if method in (LLAMA_CPP, LLAMA_CPP_LOOKUP):
         tokens = llama[method].generate(item.ids, cfg.max_new_tokens, greedy, seed)
+        # decode: the tokens after the first, timed after it (the prompt's evaluation is prefill)
+        first = llama[method].first_token_seconds
+        extra = {"decode_tokens": len(tokens) - 1, "decode_seconds": time.perf_counter() - t0 - first}
     elif method == "hf-plain":
         tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed)
     elif method == "hf-prompt-lookup":
@@ -306,12 +310,15 @@ def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig,
         tokens = _hf_generate(target.model, item.ids, cfg.max_new_tokens, greedy, seed,
                               assistant_model=assistant)
     else:
-        spec = drafter_spec_for(method.removeprefix("babelspec:"), item.lang)
-        result = generate(target, drafters[spec], item.ids, gamma=cfg.gamma,
+        name = method.removeprefix("babelspec:")
+        spec = drafter_spec_for(name, item.lang)
+        result = generate(target, drafters[spec], item.ids, gamma=cfg.gammas.get(name, cfg.gamma),
                           max_new_tokens=cfg.max_new_tokens, sampling=_sampling(greedy, seed))
         tokens = result.token_ids
         extra = {"alpha": result.alpha, "c": result.c,
-                 "mean_accepted_length": result.mean_accepted_length}
+                 "mean_accepted_length": result.mean_accepted_length,
+                 # decode: every token after the prompt's prefill (the first step's forward included)
+                 "decode_tokens": len(tokens), "decode_seconds": result.wall_seconds - result.prefill_seconds}
     return tokens, time.perf_counter() - t0, extra
 
 
@@ -399,7 +406,7 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
               seconds: float) -> dict:
     """Medians per mode x method (and per language), ratios to HF plain from paired runs."""
     out: dict[str, Any] = {
-        "benchmark": "peers", "target": cfg.target, "task": cfg.task, "gamma": cfg.gamma,
+        "benchmark": "peers", "target": cfg.target, "task": cfg.task, "gamma": cfg.gamma, "gammas": cfg.gammas,
         "max_new_tokens": cfg.max_new_tokens, "langs": list(cfg.langs),
         "prompts": len(prompts), "repeats": cfg.repeats, "threads": torch.get_num_threads(),
         "wall_seconds": round(seconds, 1), "modes": {},
@@ -432,6 +439,18 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                     runs = peer_runs[peer]
                     entry[name] = _median([(r["tokens"] / r["seconds"]) / (runs[key(r)]["tokens"] / runs[key(r)]["seconds"])
                                            for r in mine if key(r) in runs])  # fmt: skip
+            decoding = [r for r in mine if r.get("decode_seconds", 0) > 0 and r.get("decode_tokens", 0) > 0]
+            if decoding:  # llama.cpp and babelspec: tokens/s after the prompt's prefill
+                entry["decode_tokens_per_s"] = _median([r["decode_tokens"] / r["decode_seconds"] for r in decoding])
+                if LLAMA_CPP in methods:
+                    runs = peer_runs[LLAMA_CPP]
+
+                    def decode_rate(r: dict) -> float:
+                        return r["decode_tokens"] / r["decode_seconds"]
+
+                    entry["decode_ratio_to_llama_cpp"] = _median(
+                        [decode_rate(r) / decode_rate(runs[key(r)]) for r in decoding
+                         if key(r) in runs and runs[key(r)].get("decode_tokens", 0) > 0])  # fmt: skip
             if mine and "alpha" in mine[0]:
                 entry["alpha"] = _median([r["alpha"] for r in mine])
                 entry["c"] = _median([r["c"] for r in mine])
@@ -454,6 +473,11 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
                 table[f"_best_babelspec_vs_{name}"] = {
                     "best": top, "ratio": table[top][f"ratio_to_{name}"],
                     "plain_ratio": table["babelspec:none"][f"ratio_to_{name}"]}
+        if LLAMA_CPP in methods and drafted:
+            top = max(drafted, key=lambda m: table[m].get("decode_ratio_to_llama_cpp") or 0.0)
+            table["_best_babelspec_vs_llama_cpp_decode"] = {
+                "best": top, "ratio": table[top].get("decode_ratio_to_llama_cpp"),
+                "plain_ratio": table["babelspec:none"].get("decode_ratio_to_llama_cpp")}
         out["modes"][mode] = table
     none_ratios = [out["modes"][m]["babelspec:none"]["ratio_to_hf_plain"] for m in cfg.modes]
     out["goal_none_ratio_ge_0.95"] = all(r is not None and r >= 0.95 for r in none_ratios)
