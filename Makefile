@@ -22,11 +22,16 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 
 # The llamacpp extra (the llama.cpp peer of bench peers), for the suite to test its adapter; not
 # needed by the demo. llama-cpp-python builds from source (about 12 minutes on 2 cores). Its
-# default native build died of SIGILL on first use on an Intel Xeon that reports AMX; a
-# portable AVX2 build runs. LLAMA_CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=ON' is faster
-# where AVX-512 is supported. No wheel cache: pip keys it by version, not by these flags, and a
-# cached native build is exactly the one that dies.
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# default native build died of SIGILL on first use on an Intel Xeon that reports AMX, so the
+# instruction sets are named one by one: AVX2, plus each AVX-512 extension /proc/cpuinfo lists
+# (the peer as strong as this CPU allows; AMX left out). No wheel cache: pip keys it by version,
+# not by these flags, and a cached native build is exactly the one that dies.
+CPU_FLAGS := $(shell grep -m1 '^flags' /proc/cpuinfo 2>/dev/null)
+LLAMA_AVX512 := $(if $(filter avx512f,$(CPU_FLAGS)),-DGGML_AVX512=ON \
+	$(if $(filter avx512vbmi,$(CPU_FLAGS)),-DGGML_AVX512_VBMI=ON) \
+	$(if $(filter avx512_vnni,$(CPU_FLAGS)),-DGGML_AVX512_VNNI=ON) \
+	$(if $(filter avx512_bf16,$(CPU_FLAGS)),-DGGML_AVX512_BF16=ON))
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $(LLAMA_AVX512)
 $(LLAMA_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --disable-pip-version-check \
 		--no-cache-dir -e '.[llamacpp]'
