@@ -601,18 +601,24 @@ class LeanGemma3:
 
     def _tree_masks(self, past: int, ancestors: torch.Tensor, depth: torch.Tensor, dtype: torch.dtype,
                     device: torch.device) -> dict[bool, torch.Tensor]:  # fmt: skip
-        """Additive masks {sliding: mask} for a token tree after ``past`` cached tokens: the cache
-        and each token's ancestors; sliding layers also drop keys a window behind its position."""
-        n = len(depth)
+        """Additive masks {sliding: mask} for a token tree after ``past`` cached tokens
+        (``tree_mask``; sliding layers with the model's window)."""
+        return {sliding: tree_mask(past, ancestors, depth, dtype, device, self.window if sliding else None)
+                for sliding in (False, True)}  # fmt: skip
+
+
+def tree_mask(past: int, ancestors: torch.Tensor, depth: torch.Tensor, dtype: torch.dtype, device: torch.device,
+              window: int | None = None) -> torch.Tensor:  # fmt: skip
+    """Additive mask [n, past + n] for a token tree after ``past`` cached tokens (``ancestors``,
+    ``depth``: ``tree_ancestors``): each token sees the cache and its own ancestors, and with a
+    sliding ``window`` no key a window or more behind its position."""
+    n = len(depth)
+    allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), ancestors], dim=1)
+    if window is not None:
         query = (past + depth)[:, None]
         key = torch.cat([torch.arange(past), past + depth])[None, :]
-        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), ancestors], dim=1)
-        out = {}
-        for sliding in (False, True):
-            ok = allowed & (key > query - self.window) if sliding and self.window is not None else allowed
-            out[sliding] = torch.zeros(ok.shape, dtype=dtype, device=device).masked_fill(
-                ~ok.to(device), torch.finfo(dtype).min)  # fmt: skip
-        return out
+        allowed = allowed & (key > query - window)
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed.to(device), torch.finfo(dtype).min)
 
 
 def tree_ancestors(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from babelspec.lean import LeanCache, lean_forward, tree_ancestors
+from babelspec.lean import LeanCache, lean_forward, tree_ancestors, tree_mask
 
 # Hugging Face attention implementations that take an arbitrary additive 4-D mask (a token tree's)
 TREE_ATTENTION = ("eager", "sdpa")
@@ -187,10 +187,8 @@ class CausalLM:
         """Hugging Face's inputs for a token tree after the cached tokens: an additive mask [1, 1,
         n, past + n] (the cache and each node's ancestors) and positions by depth."""
         ancestors, depth = tree_ancestors(parents)
-        past, n = self.cached_len, len(depth)
-        allowed = torch.cat([torch.ones(n, past, dtype=torch.bool), ancestors], dim=1).to(self.device)
-        dtype = self.model.get_input_embeddings().weight.dtype
-        mask = torch.zeros(allowed.shape, dtype=dtype, device=self.device).masked_fill(~allowed, torch.finfo(dtype).min)
+        past = self.cached_len
+        mask = tree_mask(past, ancestors, depth, self.model.get_input_embeddings().weight.dtype, self.device)
         return {"attention_mask": mask[None, None], "position_ids": (past + depth).to(self.device)[None]}
 
     def _no_tree_reason(self, n: int) -> str:

@@ -82,13 +82,6 @@ def _positive(name: str, value: int) -> int:
     return value
 
 
-def _integers(name: str, value: str) -> tuple[int, ...]:
-    try:
-        return tuple(_positive(name, int(v)) for v in value.split(",") if v.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{name} takes comma-separated integers, got {value!r}") from None
-
-
 def _modes(value: str) -> tuple[str, ...]:
     """``--modes``: greedy and/or sample, comma-separated."""
     modes = tuple(m.strip() for m in value.split(",") if m.strip())
@@ -254,7 +247,7 @@ def bench_tree(
     from babelspec.bench.tree import TREE_LANGS, TreeBenchConfig, tree_bench
 
     mode_list = _modes(modes)
-    budget_list, branch_list = _integers("--budgets", budgets), _integers("--branches", branches)
+    budget_list, branch_list = tuple(_counts("--budgets", budgets)), tuple(_counts("--branches", branches))
     cfg = TreeBenchConfig(target=target, langs=_langs(langs, TREE_LANGS),
                           prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
