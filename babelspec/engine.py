@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, check_vocabulary
-from babelspec.sampling import Probs, SamplingConfig, draw_index, warp
+from babelspec.sampling import Probs, SamplingConfig, draw_index, top_rows, warp
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
 
@@ -278,6 +278,8 @@ def generate(
 
         new_tokens = accepted + [next_token]
         t1 = time.perf_counter()
+        if drafter.observes_top:
+            drafter.observe([int(seq[length - 1])] + drafted, *top_rows(logits, drafter.observes_top))
         if tree:
             drafter.commit_path(accepted, next_token)
         else:

@@ -394,6 +394,32 @@ def warp(
     return Probs.lazy(len(x), lambda i: _warp_row(x[i], None if window is None else window[i], config))
 
 
+def top_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` most likely ids of each row of ``logits`` [n, vocab], most likely first, and
+    their probabilities renormalised over those k (a softmax of their logits): [n, k] each.
+
+    What a drafter that recycles the target's own candidates keeps of a verification (Token
+    Recycling, Luo et al. 2024); one strided pass per row (``_top_candidates``), about 50 µs
+    on a 262k vocabulary."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
+        x = logits.numpy()
+    else:
+        x = logits.detach().float().cpu().numpy()
+    n, vocab = x.shape
+    k = min(k, vocab)
+    ids = np.empty((n, k), dtype=np.int64)
+    probs = np.empty((n, k), dtype=np.float32)
+    for r in range(n):
+        row = x[r]
+        top = _top_candidates(row, k)
+        values = row[top]
+        order = np.argsort(-values, kind="stable")
+        ids[r] = top[order]
+        weights = np.exp(values[order] - values[order[0]])
+        probs[r] = weights / weights.sum()
+    return ids, probs
+
+
 def logits_to_probs(
     logits: torch.Tensor,
     config: SamplingConfig,

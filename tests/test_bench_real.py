@@ -60,6 +60,10 @@ def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() ->
     assert (config("tree 8 branch 4").tree, config("tree 8 branch 4").branch, specs["tree 8 branch 4"][1]) == (8, 4, 4)
     assert specs["tree 8 branch 2 deep"][1] == 8 and config("tree 8 branch 2 deep").branch == 2
     assert "tree 8 deep" not in tree_specs(TreeBenchConfig(gamma=4, budgets=(8,), deep=False))
+    recycled = tree_specs(TreeBenchConfig(gamma=4, budgets=(8,), deep=False, recycle=8))
+    assert list(recycled) == ["plain", "chain γ=4", "chain γ=8", "tree 8", "chain γ=4 + recycling",
+                              "chain γ=8 + recycling", "tree 8 + recycling"]
+    assert recycled["tree 8 + recycling"] == (recycled["tree 8"][0] + ",recycle=8", 4)
 
 
 @pytest.mark.parametrize("command,option,value,message", [
@@ -67,6 +71,7 @@ def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() ->
     ("quant", "--drafters", ",", "--drafters needs at least one drafter spec"),
     ("tree", "--budgets", "8,x", "--budgets takes comma-separated integers"),
     ("tree", "--branches", "2,x", "--branches takes comma-separated integers"),
+    ("tree", "--recycle", "-1", "--recycle takes a count of candidates"),
     ("serve", "--clients", "1,0", "--clients takes counts of at least 1"),
     ("peers", "--gammas", "bigram@=0", "--gammas takes SPEC=γ with γ a positive integer"),
     ("peers", "--gammas", "bigram@", "--gammas takes SPEC=γ"),

@@ -283,5 +283,7 @@ def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram,
                      max_new_tokens=24, sampling=greedy)
     tree = generate(target, make_drafter(f"ngram:{real_bigram},tree=12", target), prompt, gamma=4,
                     max_new_tokens=24, sampling=greedy)
-    assert tree.token_ids == chain.token_ids == plain.token_ids
+    recycled = generate(target, make_drafter(f"ngram:{real_bigram},tree=12,recycle=8", target), prompt, gamma=4,
+                        max_new_tokens=24, sampling=greedy)  # fmt: skip
+    assert recycled.token_ids == tree.token_ids == chain.token_ids == plain.token_ids
     assert tree.accepted / tree.steps >= chain.accepted / chain.steps

@@ -176,6 +176,9 @@ LOSSLESS_CASES = {
     "sample-backoff": ("a b", "mode=sample,unseen=backoff", WARPED),
     "top1-stop": ("a b", "mode=top1,unseen=stop", SamplingConfig()),
     "uniform-nucleus-lookup": ("c a b d e f", "mode=nucleus,unseen=uniform,lookup=3,lookup_min=1", WARPED),
+    # Token Recycling: from the second step on, rows mix in the target's own candidates
+    "sample-recycle": ("a b", "mode=sample,recycle=3", WARPED),
+    "top1-recycle": ("a b", "mode=top1,recycle=2", SamplingConfig()),
 }
 
 
@@ -251,15 +254,16 @@ def test_tree_options_are_checked(bigram_file, tokenizer):
         make_drafter(f"ngram:{bigram_file},tree=8,branch=0", target)
 
 
+@pytest.mark.parametrize("recycle", [0, 3], ids=["bigram", "recycling"])
 @pytest.mark.parametrize("sampling", [WARPED, SamplingConfig()], ids=["warped", "plain"])
-def test_ngram_trees_keep_the_engine_lossless(sampling, bigram_file, tokenizer, one_thread):
+def test_ngram_trees_keep_the_engine_lossless(sampling, recycle, bigram_file, tokenizer, one_thread):
     from tiny import tiny_gemma3
 
     model = tiny_gemma3(vocab=V, seed=3, sliding_window=4)
     model.set_attn_implementation("eager")  # the lean forward, which verifies trees
     target = Target(model, tokenizer)
     assert target.supports_trees
-    d = make_drafter(f"ngram:{bigram_file},tree=6,branch=3,lookup=0", target)
+    d = make_drafter(f"ngram:{bigram_file},tree=6,branch=3,lookup=0,recycle={recycle}", target)
     prompt = ids("a b")
     samples = 700
     counts, proposed, accepted = first_pairs(target, d, prompt, sampling, samples)
@@ -299,3 +303,54 @@ def test_an_explicit_tree_prefers_a_depth_up_to_its_budget(bigram_file, tokenize
     tree = make_drafter(f"ngram:{bigram_file},tree=8", target)
     assert resolve_gamma(None, tree) == 8 and resolve_gamma(3, tree) == 3
     assert resolve_gamma(None, make_drafter(f"ngram:{bigram_file}", target)) == DEFAULT_GAMMA
+
+
+# --- Token Recycling -----------------------------------------------------------------------
+def test_recycled_candidates_mix_evenly_with_the_corpus_row(bigram):
+    d = drafter(bigram, "a b", mode="sample", recycle=2)
+    b, c, dd, e, f = (ids(w)[0] for w in "b c d e f".split())
+    d.observe([b], np.array([[e, c]]), np.array([[0.8, 0.2]], dtype=np.float32))
+    row = d.propose(1).probs.dense(V)[0].numpy()
+    expected = np.zeros(V)
+    expected[[c, dd, e]] = [(2 / 3 + 0.2) / 2, (1 / 3) / 2, 0.8 / 2]  # the bigram says c 2/3, d 1/3 after b
+    assert np.allclose(row, expected, atol=1e-5)
+    top1 = drafter(bigram, "a b", mode="top1", recycle=2)
+    top1.observe([b], np.array([[e, f]]), np.array([[0.9, 0.1]], dtype=np.float32))
+    assert words(top1.propose(1)) == ["e"]  # 0.45 against c's 1/3
+    top1.start(ids("a b"), SamplingConfig(), torch.Generator().manual_seed(0))
+    assert words(top1.propose(1)) == ["c"]  # per request: a new start forgets what was recycled
+
+
+def test_recycled_candidates_serve_contexts_the_corpus_never_saw(bigram):
+    d = drafter(bigram, "d e f", mode="top1", recycle=2, min_backoff=1)
+    assert len(d.propose(2)) == 0  # "f" never begins a bigram, and no unigram fallback
+    d.observe(ids("f"), np.array([ids("c a")]), np.array([[0.7, 0.3]], dtype=np.float32))
+    assert words(d.propose(2)) == ["c", "a"]  # recycled after f, then the bigram after c
+
+
+def test_the_engine_hands_the_target_top_candidates_of_every_verified_row(bigram_file, tokenizer):
+    model = tiny_qwen3(vocab=V, seed=4)
+    target = Target(model, tokenizer)
+    d = make_drafter(f"ngram:{bigram_file},mode=top1,recycle=3,lookup=0", target)
+    seen: list[tuple[list[int], np.ndarray, np.ndarray]] = []
+    observe = d.observe
+    d.observe = lambda inputs, top, probs: (seen.append((list(inputs), top.copy(), probs.copy())),
+                                            observe(inputs, top, probs))  # fmt: skip
+    prompt = ids("a b c")
+    out = generate(target, d, prompt, gamma=3, max_new_tokens=6, sampling=SamplingConfig(greedy=True))
+    assert len(seen) == out.steps
+    inputs, top, probs = seen[0]
+    assert inputs[0] == prompt[-1] and len(inputs) == 1 + out.proposed_per_step[0]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt[:-1] + inputs])).logits[0, len(prompt) - 1 :].float()
+    expected = logits.topk(3).indices.numpy()
+    assert (top == expected).all()  # each row's candidates, most likely first
+    assert np.allclose(probs, torch.softmax(logits.topk(3).values, -1).numpy(), atol=1e-5)
+
+
+def test_recycle_is_checked(bigram_file, tokenizer):
+    target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
+    with pytest.raises(ValueError, match="recycle must be in"):
+        make_drafter(f"ngram:{bigram_file},recycle=40", target)
+    with pytest.raises(ValueError, match="recycle must be in"):
+        make_drafter(f"ngram:{bigram_file},recycle=-1", target)

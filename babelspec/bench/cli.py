@@ -237,6 +237,8 @@ def bench_tree(
     branches: str = typer.Option("4", help="Comma-separated tree branchings: candidates per node under greedy, "
                                  "independent chains under sampling."),
     deep: bool = typer.Option(True, help="Also each tree of depth up to its budget, not only γ."),
+    recycle: int = typer.Option(0, help="Also every chain and tree with Token Recycling of this many of the "
+                                "target's candidates per token (0: not)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
                                   "else ../shared/corpora]"),
@@ -248,11 +250,13 @@ def bench_tree(
 
     mode_list = _modes(modes)
     budget_list, branch_list = tuple(_counts("--budgets", budgets)), tuple(_counts("--branches", branches))
+    if recycle < 0:
+        raise typer.BadParameter(f"--recycle takes a count of candidates, 0 for none (got {recycle})")
     cfg = TreeBenchConfig(target=target, langs=_langs(langs, TREE_LANGS),
                           prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
                           gamma=_positive("--gamma", gamma), budgets=budget_list, branches=branch_list,
-                          deep=deep, modes=mode_list,
+                          deep=deep, modes=mode_list, recycle=recycle,
                           data_root=data_root, dtype=dtype)  # fmt: skip
     try:
         result = tree_bench(cfg)

@@ -7,11 +7,13 @@ bigram as a chain of the tree's node budget, and as token trees of each budget, 
 bigram is counted on the language's real monolingual sets (``babelspec.data.real``), never the
 test split. Runs are interleaved per prompt, the order rotated, so a busy machine slows every
 setting alike; speedups are medians of per-prompt ratios of decode seconds per token against
-plain decoding in the same round. Greedy and the paper's sampling.
+plain decoding in the same round. Greedy and the paper's sampling. With ``recycle`` every chain
+and tree also runs with Token Recycling (the target's own top candidates mixed into the rows).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -37,6 +39,7 @@ class TreeBenchConfig:
     branches: tuple[int, ...] = (4,)  # candidates per node (greedy) / chains (sampling): the spec's branch
     deep: bool = True  # also each tree of depth up to its budget ("tree N deep")
     modes: tuple[str, ...] = ("greedy", "sample")
+    recycle: int = 0  # > 0: every chain and tree also with Token Recycling of this many candidates
     data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA, else ../shared/corpora)
     dtype: str = "auto"
 
@@ -134,7 +137,13 @@ def tree_specs(cfg: TreeBenchConfig) -> dict[str, tuple[str, int]]:
         specs[f"chain γ={budget}"] = ("{ngram},tree=0", budget)
         for (branch, depth), name in tree_names(cfg, budget).items():
             specs[name] = (f"{{ngram}},tree={budget},branch={branch}", depth)
+    if cfg.recycle:
+        specs.update({name + RECYCLING: (f"{spec},recycle={cfg.recycle}", gamma)
+                      for name, (spec, gamma) in list(specs.items())[1:]})  # fmt: skip
     return specs
+
+
+RECYCLING = " + recycling"  # the suffix of the settings with Token Recycling
 
 
 def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
@@ -203,13 +212,13 @@ def summarise(records: list[dict], cfg: TreeBenchConfig, settings: list[str], se
                            "threads": torch.get_num_threads(), "execution": execution, "modes": {}}
     for mode in cfg.modes:
         table = setting_table(records, cfg.langs, mode, settings)
-        for budget in cfg.budgets:
-            chain = table[f"chain γ={budget}"]
+        for budget, suffix in itertools.product(cfg.budgets, ("", RECYCLING) if cfg.recycle else ("",)):
+            chain = table[f"chain γ={budget}{suffix}"]
             for name in tree_names(cfg, budget).values():
-                tree = table[name]
+                tree = table[name + suffix]
                 tree["vs_chain_same_budget"] = tree["tokens_per_verification"] / chain["tokens_per_verification"]
                 tree["vs_chain_gamma"] = (tree["tokens_per_verification"]
-                                          / table[f"chain γ={cfg.gamma}"]["tokens_per_verification"])  # fmt: skip
+                                          / table[f"chain γ={cfg.gamma}{suffix}"]["tokens_per_verification"])  # fmt: skip
                 for lang, row in tree["per_lang"].items():
                     row["vs_chain_same_budget"] = row["tokens_per_verification"] / \
                         chain["per_lang"][lang]["tokens_per_verification"]

@@ -6,6 +6,8 @@ The speculative loop (``babelspec.engine``) drives a drafter with three calls:
   (the prompt). The drafter may build any state it needs (a KV cache, a lookup table).
 * ``propose(gamma)`` -- draft up to ``gamma`` tokens continuing the current context. Return
   fewer (even zero) when the drafter has nothing confident to say.
+* ``observe(inputs, ids, probs)`` -- optional, for drafters with ``observes_top`` > 0: the
+  target's top candidates on every row it verified (Token Recycling's source of drafts).
 * ``commit(n_accepted, next_token)`` -- the verifier kept the first ``n_accepted`` drafted
   tokens and then appended ``next_token`` (a correction on rejection, a bonus token when all
   were accepted). The drafter rolls its state back to ``context + accepted + [next_token]``.
@@ -102,6 +104,8 @@ class Drafter(ABC):
     vocab_size: int | None = None
     #: γ the drafter was chosen with (the router's, for ``auto``); None leaves it to the caller.
     preferred_gamma: int | None = None
+    #: How many of the target's most likely tokens per verified row ``observe`` wants (0: none).
+    observes_top: int = 0
 
     @abstractmethod
     def start(
@@ -118,6 +122,14 @@ class Drafter(ABC):
         """After a token tree: the verifier kept the drafted tokens ``accepted`` (one path of the
         tree) and appended ``next_token``. Drafters that propose trees override this."""
         raise NotImplementedError(f"drafter {self.name!r} proposed a token tree but cannot commit one")
+
+    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
+        """After a verification, when ``observes_top`` > 0: row r of the target's forward read
+        ``inputs[r]`` (the pending token, then each drafted node) and ranked ``ids[r]`` most
+        likely next, with probabilities ``probs[r]`` renormalised over them ([rows, observes_top]
+        each; ``sampling.top_rows``). Rows of rejected nodes come too: they are the target's own
+        predictions after those tokens. Called before ``commit``/``commit_path``."""
+        return None
 
     def forward_seconds(self) -> list[float]:
         """Time of each draft forward of the last generation (for c = t_draft / t_target)."""

@@ -2,7 +2,7 @@
 
 Spec: ``ngram:FILE[,option=value...]``, e.g. ``ngram:amh.ngram,mode=top1,unseen=backoff``.
 Options (see ``NgramDraftConfig``): ``mode``, ``unseen``, ``threshold``, ``min_backoff``,
-``width``, ``lookup``, ``lookup_min``.
+``width``, ``lookup``, ``lookup_min``, ``tree``, ``branch``, ``recycle``.
 
 The hot path is plain Python over ints and lists: each context's row (its continuations,
 cumulative counts and padded probability arrays) is built from the memory-mapped CSR arrays
@@ -75,6 +75,10 @@ class NgramDraftConfig:
     # default) = DEFAULT_TREE for the decoding mode where the target verifies trees, else a chain.
     tree: int = -1
     branch: int = 4
+    # Token Recycling (Luo et al. 2024): keep, per token, the target's `recycle` most likely next
+    # tokens from the last verified row that read it (per request), and draft from their even
+    # mixture with the corpus model's row; prompt lookup still comes first. 0 = off.
+    recycle: int = 0
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -89,6 +93,9 @@ class NgramDraftConfig:
             raise ValueError(f"width must be >= 1 (got {self.width})")
         if self.min_backoff < 0 or self.lookup < 0 or self.lookup_min < 1:
             raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
+        if not 0 <= self.recycle <= self.width:
+            raise ValueError(f"recycle must be in [0, width={self.width}] (got {self.recycle}); "
+                             "0 turns Token Recycling off")
         if self.tree < -1 or self.branch < 1:
             raise ValueError(f"tree must be >= 0 (0 drafts a chain; leave it out for the measured default) "
                              f"and branch >= 1 (got tree={self.tree}, branch={self.branch})")
@@ -146,15 +153,17 @@ NEVER_SEEN = _Marker("NEVER_SEEN")  # in a row cache: the model has no row for t
 class _Walk:
     """Where a proposal stands: the contexts the next token is looked up with."""
 
-    __slots__ = ("history", "context", "last")
+    __slots__ = ("history", "context", "last", "token")
 
-    def __init__(self, history: list[int] | None, context: list[int], last: int) -> None:
+    def __init__(self, history: list[int] | None, context: list[int], last: int, token: int) -> None:
         self.history = history  # recent target ids, for prompt lookup (None: lookup off)
         self.context = context  # dense ids of the last n - 1 tokens (-1: not in the corpus)
         self.last = last  # dense id of the last token (the bigram fast path)
+        self.token = token  # target id of the last token (Token Recycling's key)
 
     def copy(self) -> _Walk:
-        return _Walk(None if self.history is None else list(self.history), list(self.context), self.last)
+        return _Walk(None if self.history is None else list(self.history), list(self.context), self.last,
+                     self.token)
 
 
 class NgramDrafter(Drafter):
@@ -175,6 +184,9 @@ class NgramDrafter(Drafter):
         self._history: list[int] = []  # target token ids of the context so far
         self._lookup: dict[tuple[int, ...], dict[int, int]] = {}
         self._lookup_rows: dict[tuple[int, ...], Row] = {}
+        self._recycled: dict[int, Row] = {}
+        self._mixed: dict[int, tuple[Row, Row, Row]] = {}  # target id -> the target's top continuations after it
+        self.observes_top = config.recycle
         self._last: list[int] = []
         self._rng = random.Random(0)
         self._tree = 0  # the node budget of this generation's proposals (0: chains)
@@ -205,6 +217,8 @@ class NgramDrafter(Drafter):
         self._lookup_rows: dict[tuple[int, ...], Row] = {}
         if self.config.lookup:
             self._index_lookup(0)
+        self._recycled = {}
+        self._mixed = {}
         self._seconds = []
 
     def propose(self, gamma: int) -> Draft:
@@ -310,6 +324,27 @@ class NgramDrafter(Drafter):
         self._seconds.append((time.perf_counter() - t0) / len(tokens))
         return Draft.tree(chained.tokens, parents, chained.probs, forwards=len(tokens))
 
+    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
+        """Token Recycling: the target's candidates after each token it just read replace that
+        token's row (the most recent context wins)."""
+        scaled = np.maximum(np.rint(probs * 1e6), 1).astype(np.int64).tolist()
+        ids_list = ids.tolist()
+        finite = np.isfinite(probs).all(axis=1).tolist()
+        for r, token in enumerate(inputs):
+            if finite[r]:
+                self._recycled[token] = self._row(ids_list[r], scaled[r])
+
+    def _mix(self, a: Row, b: Row) -> Row:
+        """The even mixture of two rows (its ``width`` most likely tokens, renormalised)."""
+        weights: dict[int, float] = {}
+        for row in (a, b):
+            previous = 0
+            for token, cumulative in zip(row.tokens, row.cumulative):
+                weights[token] = weights.get(token, 0.0) + (cumulative - previous) / row.total
+                previous = cumulative
+        items = sorted(weights.items(), key=lambda kv: -kv[1])[: self.config.width]
+        return self._row([t for t, _ in items], [max(1, round(p * 5e5)) for _, p in items])
+
     def commit_path(self, accepted: list[int], next_token: int) -> None:
         self._last = list(accepted)
         self.commit(len(accepted), next_token)
@@ -318,17 +353,31 @@ class NgramDrafter(Drafter):
         n_ctx = self._ctx_len
         return _Walk(history=self._history[-self.config.lookup :] if self.config.lookup else None,
                      context=self._dense[-n_ctx:] if n_ctx > 1 else [],
-                     last=self._dense[-1] if n_ctx == 1 and self._dense else -1)
+                     last=self._dense[-1] if n_ctx == 1 and self._dense else -1,
+                     token=self._history[-1] if self._history else -1)
 
     def _next_row(self, walk: _Walk) -> Row | _Marker | None:
-        """The row the next token is drawn from: prompt lookup first, then the trained model."""
+        """The row the next token is drawn from: prompt lookup first, then the target's recycled
+        candidates mixed evenly with the trained model's row (the trained row alone when nothing
+        was recycled for the last token; the recycled one alone where the model has none)."""
         row = self._lookup_row(walk.history) if walk.history is not None else None
         if row is not None:
             return row
         if self._ctx_len == 1:  # the bigram fast path: one dict lookup per token
             row = self._rows[1].get(walk.last) if walk.last >= 0 else None
-            return self._find_row([walk.last]) if row is None or row is NEVER_SEEN else row
-        return self._find_row(walk.context)
+            row = self._find_row([walk.last]) if row is None or row is NEVER_SEEN else row
+        else:
+            row = self._find_row(walk.context)
+        if self._recycled:
+            recycled = self._recycled.get(walk.token)
+            if recycled is not None:
+                if row is None or row is UNIFORM:
+                    return recycled
+                cached = self._mixed.get(walk.token)  # (recycled row, trained row, their mixture)
+                if cached is None or cached[0] is not recycled or cached[1] is not row:
+                    cached = self._mixed[walk.token] = (recycled, row, self._mix(recycled, row))
+                return cached[2]
+        return row
 
     def _draw(self, row: Row | _Marker) -> int:
         if row is UNIFORM:
@@ -338,6 +387,7 @@ class NgramDrafter(Drafter):
         return row.tokens[bisect_right(row.cumulative, int(self._rng.random() * row.total))]
 
     def _advance(self, walk: _Walk, token: int) -> None:
+        walk.token = token
         dense = self._dense_of.get(token, -1)
         if self._ctx_len == 1:
             walk.last = dense
