@@ -287,3 +287,26 @@ def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram,
                         max_new_tokens=24, sampling=greedy)  # fmt: skip
     assert recycled.token_ids == tree.token_ids == chain.token_ids == plain.token_ids
     assert tree.accepted / tree.steps >= chain.accepted / chain.steps
+
+
+def test_the_tree_oracle_replays_the_chain_and_bounds_real_trees(real_bigram):
+    """``bench tree``'s oracle on the real model and a real bigram: with one candidate per node it
+    replays the chain's greedy run step for step; with four it needs fewer verifications, and
+    never more than a real tree of that budget and branching."""
+    from babelspec.bench.tree import oracle_steps
+    from babelspec.drafters import make_drafter
+    from babelspec.models import DEFAULT_TARGET, load_model
+
+    target = Target(*load_model(DEFAULT_TARGET, dtype="float32"))
+    greedy = SamplingConfig(greedy=True)
+    prompt = target.tokenizer("Ẹnì kọ̀ọ̀kan ló ní ẹ̀tọ́ láti").input_ids
+    truth = generate(target, make_drafter("none", target), prompt, max_new_tokens=24, sampling=greedy).token_ids
+    chain = generate(target, make_drafter(f"ngram:{real_bigram},tree=0", target), prompt, gamma=8,
+                     max_new_tokens=24, sampling=greedy)
+    tree = generate(target, make_drafter(f"ngram:{real_bigram},tree=8,branch=4", target), prompt, gamma=8,
+                    max_new_tokens=24, sampling=greedy)
+    assert chain.token_ids == tree.token_ids == truth and len(truth) == 24
+    probe = make_drafter(f"ngram:{real_bigram},tree=0", target)
+    assert oracle_steps(probe, prompt, truth, 8, 1) == chain.steps
+    assert oracle_steps(probe, prompt, truth, 8, 4) <= tree.steps
+    assert oracle_steps(probe, prompt, truth, 8, 4) < chain.steps

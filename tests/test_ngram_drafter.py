@@ -354,3 +354,4 @@ def test_recycle_is_checked(bigram_file, tokenizer):
         make_drafter(f"ngram:{bigram_file},recycle=40", target)
     with pytest.raises(ValueError, match="recycle must be in"):
         make_drafter(f"ngram:{bigram_file},recycle=-1", target)
+

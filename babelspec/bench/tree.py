@@ -75,11 +75,14 @@ def real_root(bench: str, data_root: str) -> Path:
 def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: int, max_new_tokens: int,
                        modes: tuple[str, ...], root: Path,
                        settings_for: Callable[[str, Path], dict[str, tuple[Any, int]]],
-                       progress: bool = True) -> tuple[list[dict], list[str]]:  # fmt: skip
+                       progress: bool = True,
+                       after_prompt: Callable[[dict[str, tuple[Any, int]], list[int], list[dict]], None] | None = None,
+                       ) -> tuple[list[dict], list[str]]:  # fmt: skip
     """Per language, ``prompts_per_lang`` FLORES-200 test sentences translated by ``target`` under
     every setting ``settings_for(lang, bigram_file)`` returns ({name: (drafter, γ)}, plain first),
     per mode (greedy; the paper's sampling, seeded by the prompt), the settings' order rotated
-    per prompt. One record per run; the settings' names in order."""
+    per prompt. One record per run (with its ``token_ids``); the settings' names in order.
+    ``after_prompt(settings, prompt_ids, records)``, if given, sees each prompt's records."""
     import tempfile
 
     from babelspec.data.real import real_data
@@ -99,6 +102,7 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
             prompts = task_prompts("translation", lang, target.tokenizer, "test", prompts_per_lang,
                                    sources=(real.test, real.shots), root=str(root))
             for i, prompt in enumerate(prompts):
+                first = len(records)
                 for mode in modes:
                     sampling = SamplingConfig.paper(seed=i, greedy=mode == "greedy")
                     shift = i % len(names)
@@ -111,7 +115,10 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
                         records.append({"lang": lang, "prompt": i, "mode": mode, "setting": name,
                                         "tokens": out.n_tokens, "decode_seconds": decode, "steps": out.steps,
                                         "accepted": out.accepted, "proposed": out.proposed,
-                                        "rejections": out.rejections, "c": out.c})  # fmt: skip
+                                        "rejections": out.rejections, "c": out.c,
+                                        "token_ids": out.token_ids})  # fmt: skip
+                if after_prompt is not None:
+                    after_prompt(settings, list(prompt.prompt_ids), records[first:])
                 if progress:
                     print(f"{lang} prompt {i + 1}/{len(prompts)} done", flush=True)
     return records, names
@@ -162,10 +169,67 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
         return {name: (make_drafter(spec.format(ngram=f"ngram:{bigram}"), target), gamma)
                 for name, (spec, gamma) in specs.items()}  # fmt: skip
 
+    oracles: list[dict] = []
+
+    def bound(settings: dict[str, tuple[Any, int]], prompt: list[int], mine: list[dict]) -> None:
+        plain = next((r for r in mine if r["mode"] == "greedy" and r["setting"] == "plain"), None)
+        if plain is None:
+            return
+        drafter = settings[f"chain γ={cfg.gamma}"][0]
+        for budget, branch in itertools.product(cfg.budgets, (1, *cfg.branches)):
+            steps = oracle_steps(drafter, prompt, plain["token_ids"], budget, branch)
+            oracles.append({"lang": plain["lang"], "prompt": plain["prompt"], "budget": budget, "branch": branch,
+                            "tokens": len(plain["token_ids"]), "steps": steps})  # fmt: skip
+
     started = time.perf_counter()
     records, settings = real_sentence_runs(target, cfg.langs, cfg.prompts_per_lang, cfg.max_new_tokens,
-                                           cfg.modes, root, settings_for, progress)  # fmt: skip
-    return summarise(records, cfg, settings, time.perf_counter() - started, execution_info(target))
+                                           cfg.modes, root, settings_for, progress, bound)  # fmt: skip
+    out = summarise(records, cfg, settings, time.perf_counter() - started, execution_info(target))
+    if oracles:
+        out["oracle"] = clean(oracle_table(oracles, cfg))
+    return out
+
+
+def oracle_steps(drafter: Any, prompt: list[int], truth: list[int], budget: int, branch: int) -> int:
+    """Verifications greedy decoding of ``truth`` after ``prompt`` would take if every step
+    accepted the longest prefix of the remaining truth, up to ``budget`` tokens (and the last
+    token left to the verifier), whose every token is among the n-gram ``drafter``'s ``branch``
+    candidates at its node. An upper bound on what any tree of ``budget`` nodes with ``branch``
+    point-mass candidates per node can keep, as the target's own tokens were known in advance;
+    with ``branch`` 1 it is exactly the chain of ``budget`` tokens."""
+    from babelspec.sampling import SamplingConfig
+
+    drafter.start(list(prompt), SamplingConfig(greedy=True), torch.Generator().manual_seed(0))
+    done = steps = 0
+    while done < len(truth):
+        limit = min(budget, len(truth) - done - 1)
+        n = 0
+        while n < limit and truth[done + n] in drafter.candidates(truth[done : done + n], branch):
+            n += 1
+        drafter.commit_path(truth[done : done + n], truth[done + n])
+        done += n + 1
+        steps += 1
+    return steps
+
+
+def oracle_table(oracles: list[dict], cfg: TreeBenchConfig) -> dict[str, Any]:
+    """Per budget and branching: the oracle's tokens per verification (``oracle_steps``) overall
+    and per language, and its ratio over the oracle chain (branch 1) of the same budget."""
+    def per_verification(rows: list[dict]) -> float:
+        return sum(r["tokens"] for r in rows) / max(sum(r["steps"] for r in rows), 1)
+
+    table: dict[str, Any] = {}
+    for budget in cfg.budgets:
+        chain = [r for r in oracles if r["budget"] == budget and r["branch"] == 1]
+        for branch in cfg.branches:
+            mine = [r for r in oracles if r["budget"] == budget and r["branch"] == branch]
+            table[f"tree {budget} branch {branch}"] = {
+                "tokens_per_verification": per_verification(mine),
+                "chain_tokens_per_verification": per_verification(chain),
+                "vs_chain_same_budget": per_verification(mine) / per_verification(chain),
+                "per_lang": {lang: per_verification([r for r in mine if r["lang"] == lang])
+                             / per_verification([r for r in chain if r["lang"] == lang]) for lang in cfg.langs}}  # fmt: skip
+    return table
 
 
 def setting_table(records: list[dict], langs: tuple[str, ...], mode: str, settings: list[str]) -> dict[str, Any]:

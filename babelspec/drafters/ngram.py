@@ -345,6 +345,15 @@ class NgramDrafter(Drafter):
         items = sorted(weights.items(), key=lambda kv: -kv[1])[: self.config.width]
         return self._row([t for t, _ in items], [max(1, round(p * 5e5)) for _, p in items])
 
+    def candidates(self, path: list[int], k: int) -> list[int]:
+        """The ``k`` most likely next tokens after the context extended by ``path`` (not
+        committed): the candidates a point-mass tree offers at that node."""
+        walk = self._walk()
+        for token in path:
+            self._advance(walk, token)
+        row = self._next_row(walk)
+        return [] if row is None or row is UNIFORM else row.tokens[:k]
+
     def commit_path(self, accepted: list[int], next_token: int) -> None:
         self._last = list(accepted)
         self.commit(len(accepted), next_token)
