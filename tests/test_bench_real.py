@@ -110,3 +110,16 @@ def test_peers_decode_rates_exclude_the_prefill_and_pair_each_run_with_llama_cpp
     assert table["babelspec:bigram@"]["ratio_to_llama_cpp"] == pytest.approx(2.0)  # whole runs, prefill included
     assert "decode_tokens_per_s" not in table["hf-plain"]
     assert table["_best_babelspec_vs_llama_cpp_decode"]["best"] == "babelspec:bigram@"
+
+
+def test_drafter_lists_keep_each_ngram_spec_with_its_options() -> None:
+    from babelspec.bench.cli import _spec_gammas, _spec_list
+
+    assert _spec_list("none, real-bigram@,tree=15,branch=8 ,int8") == ["none", "real-bigram@,tree=15,branch=8", "int8"]
+    assert _spec_list("ngram:x.ngram,tree=8,head,self:6") == ["ngram:x.ngram,tree=8", "head", "self:6"]
+    assert _spec_list("head,tree=8") == ["head", "tree=8"]  # only n-gram specs take n-gram options
+    assert _spec_gammas("real-bigram@,tree=0,recycle=8=8,int8=4") == {"real-bigram@,tree=0,recycle=8": 8, "int8": 4}
+
+    res = CliRunner().invoke(app, ["bench", "peers", "--drafters", "none,real-bigram@,tree=8",
+                                   "--gammas", "real-bigram@,tree=15=15"])
+    assert res.exit_code == 2 and "--gammas names real-bigram@,tree=15, not among --drafters" in res.output

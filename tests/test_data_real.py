@@ -85,3 +85,20 @@ def test_bench_peers_flores_prompts_translate_held_out_test_sentences() -> None:
         assert not any(sentence in item.text for sentence in english["train"])
     with pytest.raises(ValueError, match="not a folder"):
         benchmark_prompts(tokenizer, ["amh"], 1, "flores", data_root=str(CORPORA / "missing"))
+
+
+def test_bench_peers_real_bigram_is_built_from_the_real_sets_with_its_options() -> None:
+    """``real-bigram@,OPTIONS``: the language's bigram of the real monolingual sets (no test
+    sentence counted), as a drafter with those options, trees where the target verifies them."""
+    from babelspec.bench.peers import _build_drafter, drafter_spec_for
+    from babelspec.target import load_target
+
+    target = load_target("gemma-3-270m", dtype="float32")
+    full = drafter_spec_for("real-bigram@,tree=12,recycle=4", "yor")
+    assert full == "real-bigram@yor,tree=12,recycle=4"
+    drafter = _build_drafter("real-bigram@,tree=12,recycle=4", full, target, "yor", str(CORPORA))
+    assert (drafter.config.tree, drafter.config.recycle, drafter.observes_top) == (12, 4, 4)
+    assert drafter.trees_verified and drafter.preferred_gamma == 12 and drafter.name == full
+    assert drafter.model.training["corpus"] == "yor:real" and drafter.model.training["texts"] > 1_000
+    with pytest.raises(ValueError, match="unknown n-gram drafter option"):
+        _build_drafter("real-bigram@,depth=3", "real-bigram@yor,depth=3", target, "yor", str(CORPORA))

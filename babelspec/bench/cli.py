@@ -101,10 +101,29 @@ def _counts(name: str, value: str) -> list[int]:
     return counts
 
 
-def _spec_gammas(text: str) -> dict[str, int]:
-    """``--gammas``: comma-separated SPEC=γ (γ a positive integer)."""
-    out = {}
+def _spec_list(text: str) -> list[str]:
+    """Comma-separated drafter specs, where an n-gram spec's own ``option=value`` items stay
+    with it: ``none,real-bigram@,tree=15,int8`` is none, real-bigram@,tree=15 and int8."""
+    from dataclasses import fields
+
+    from babelspec.drafters.ngram import NgramDraftConfig
+
+    options = {f.name for f in fields(NgramDraftConfig)}
+    specs: list[str] = []
     for item in (t.strip() for t in text.split(",") if t.strip()):
+        name = item.partition("=")[0]
+        if name in options and specs and ("@" in specs[-1] or specs[-1].startswith("ngram:")):
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return specs
+
+
+def _spec_gammas(text: str) -> dict[str, int]:
+    """``--gammas``: comma-separated SPEC=γ (γ a positive integer; an n-gram spec may carry its
+    options, ``real-bigram@,tree=0,recycle=8=8``)."""
+    out = {}
+    for item in _spec_list(text):
         spec, _, value = item.rpartition("=")
         if not spec or not value.isdigit() or int(value) < 1:
             raise typer.BadParameter(f"--gammas takes SPEC=γ with γ a positive integer, got {item!r}")
@@ -119,10 +138,13 @@ def bench_peers(
     prompts_per_lang: int = typer.Option(2, help="Prompts per language."),
     max_new_tokens: int = typer.Option(64, help="Tokens generated per run."),
     gamma: int = typer.Option(3, help="Tokens drafted per step for the babelspec drafters."),
-    gammas: str = typer.Option("", help="Comma-separated SPEC=γ: a drafter's own γ (e.g. bigram@=8)."),
+    gammas: str = typer.Option("", help="Comma-separated SPEC=γ: a drafter's own γ (e.g. bigram@=8; default: a "
+                               "tree's budget, else --gamma)."),
     repeats: int = typer.Option(1, help="Rounds over all prompts (medians over all runs)."),
     drafters: str = typer.Option("", help="Comma-separated drafter specs (default: self:6, self:12, head, self:12@; "
-                                           "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@' and 'distilled-bigram@' take each prompt's language)."),
+                                           "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@', 'distilled-bigram@' and "
+                                           "'real-bigram@' take each prompt's language; the n-grams take options: "
+                                           "real-bigram@,tree=15,branch=8)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
     assistant: str = typer.Option("self:12", help="Assistant for HF assisted generation (self:K), or 'none'."),
     task: str = typer.Option("translation", help="Prompts: translation, story, prefix (short in-language text) or "
@@ -140,6 +162,11 @@ def bench_peers(
     from babelspec.bench.peers import DEFAULT_LANGS, QUICK_LANGS, PeersConfig, peers
 
     mode_list = _modes(modes)
+    drafter_specs, spec_gammas = _spec_list(drafters), _spec_gammas(gammas)
+    unknown = [spec for spec in spec_gammas if drafter_specs and spec not in drafter_specs]
+    if unknown:
+        raise typer.BadParameter(f"--gammas names {', '.join(unknown)}, not among --drafters; give each SPEC as "
+                                 "in --drafters")
     if assistant != "none" and not assistant.removeprefix("self:").isdigit():
         raise typer.BadParameter(f"--assistant must be self:K or none, got {assistant!r}")
     if quick:
@@ -151,10 +178,10 @@ def bench_peers(
         prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
         max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
         gamma=_positive("--gamma", gamma),
-        gammas=_spec_gammas(gammas),
+        gammas=spec_gammas,
         repeats=_positive("--repeats", repeats),
         modes=mode_list,
-        drafters=tuple(d.strip() for d in drafters.split(",") if d.strip()) or None,
+        drafters=tuple(drafter_specs) or None,
         assistant=None if assistant == "none" else assistant,
         task=task,
         data_root=data_root,

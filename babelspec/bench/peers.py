@@ -36,42 +36,54 @@ def default_drafters(n_layers: int) -> list[str]:
 
 
 # Per-language n-grams built for the benchmark: the paper's bigram on the bundled train split,
-# and the bigram distilled from the target's distributions over it (babelspec.distill.ngram).
-LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@")
+# the bigram distilled from the target's distributions over it (babelspec.distill.ngram), and
+# the bigram of the language's real monolingual sets in the corpora folder, FLORES-200's test
+# sentences left out (``bench tree``'s). Each may carry n-gram options: ``real-bigram@,tree=15``.
+LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@", "real-bigram@")
 
 
 def drafter_spec_for(spec: str, lang: str) -> str:
     """Fill the language into specs that take it from the context (``head``, ``self:K@``,
-    ``int8``, ``int8:K@``, ``bigram@``, ``distilled-bigram@``)."""
+    ``int8``, ``int8:K@``, ``bigram@``, ``distilled-bigram@``, ``real-bigram@``, the last three
+    before their options)."""
     if spec in ("head", "int8"):
         return f"{spec}:{lang}"
-    if (spec.startswith(("self:", "int8:")) and spec.endswith("@")) or spec in LANGUAGE_NGRAMS:
+    base, comma, options = spec.partition(",")
+    if base in LANGUAGE_NGRAMS:
+        return base + lang + comma + options
+    if spec.startswith(("self:", "int8:")) and spec.endswith("@"):
         return spec + lang
     return spec
 
 
-def _build_drafter(spec: str, full: str, target: Any, lang: str) -> Any:
+def _build_drafter(spec: str, full: str, target: Any, lang: str, data_root: str = "") -> Any:
     from babelspec.drafters import make_drafter
 
-    return language_ngram(full, target) if spec in LANGUAGE_NGRAMS else make_drafter(full, target, lang=lang)
+    if spec.partition(",")[0] in LANGUAGE_NGRAMS:
+        return language_ngram(full, target, data_root)
+    return make_drafter(full, target, lang=lang)
 
 
-def language_ngram(spec: str, target: Any) -> Any:
-    """The drafter of a filled ``bigram@LANG`` / ``distilled-bigram@LANG`` spec, built in memory."""
+def language_ngram(spec: str, target: Any, data_root: str = "") -> Any:
+    """The drafter of a filled ``bigram@LANG`` / ``distilled-bigram@LANG`` / ``real-bigram@LANG``
+    spec (with its n-gram options, if any), built in memory."""
     from babelspec.data.corpus import monolingual
     from babelspec.distill.ngram import distil_texts
-    from babelspec.drafters.ngram import NgramDrafter
+    from babelspec.drafters.ngram import NgramDraftConfig, ngram_drafter_of, parse_spec
     from babelspec.ngram import CountConfig, train
 
-    kind, _, lang = spec.partition("@")
-    texts = monolingual(lang, "train")
-    if kind == "bigram":
-        model = train(texts, target.tokenizer, CountConfig(order=2))
+    name, options = parse_spec(spec)
+    kind, _, lang = name.partition("@")
+    config = NgramDraftConfig.from_options(options)
+    if kind == "real-bigram":
+        from babelspec.bench.tree import real_bigram, real_root
+
+        model = real_bigram(lang, target.tokenizer, real_root("peers with real-bigram@", data_root))
+    elif kind == "bigram":
+        model = train(monolingual(lang, "train"), target.tokenizer, CountConfig(order=2))
     else:  # distilled for the sampled runs' warping (greedy runs draft its top continuation)
-        model = distil_texts(target, texts, sampling=_sampling(False, 0))
-    drafter = NgramDrafter(model, vocab_size=target.vocab_size)
-    drafter.name = spec
-    return drafter
+        model = distil_texts(target, monolingual(lang, "train"), sampling=_sampling(False, 0))
+    return ngram_drafter_of(model, config, target, spec)
 
 
 @dataclass
@@ -312,7 +324,9 @@ def _method_runner(target: Any, method: str, item: PromptItem, cfg: PeersConfig,
     else:
         name = method.removeprefix("babelspec:")
         spec = drafter_spec_for(name, item.lang)
-        result = generate(target, drafters[spec], item.ids, gamma=cfg.gammas.get(name, cfg.gamma),
+        drafter = drafters[spec]
+        gamma = cfg.gammas.get(name) or drafter.preferred_gamma or cfg.gamma
+        result = generate(target, drafter, item.ids, gamma=gamma,
                           max_new_tokens=cfg.max_new_tokens, sampling=_sampling(greedy, seed))
         tokens = result.token_ids
         extra = {"alpha": result.alpha, "c": result.c,
@@ -357,7 +371,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         for spec in specs:
             full = drafter_spec_for(spec, item.lang)
             if full not in drafters:
-                drafters[full] = _build_drafter(spec, full, target, item.lang)
+                drafters[full] = _build_drafter(spec, full, target, item.lang, cfg.data_root)
     assistant = None
     methods = ["hf-plain", "hf-prompt-lookup"]
     if cfg.assistant:

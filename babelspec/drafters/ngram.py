@@ -577,9 +577,15 @@ def ngram_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
             f"{path}: token id {int(model.vocab_map[-1])} is outside the target's vocabulary of "
             f"{target.vocab_size}; the file was trained with another tokenizer"
         )
+    return ngram_drafter_of(model, config, target, f"ngram:{Path(path).name}")
+
+
+def ngram_drafter_of(model: NgramModel, config: NgramDraftConfig, target: Target, name: str) -> NgramDrafter:
+    """The drafter of ``model`` for ``target``: trees where the target verifies them, and an
+    explicit tree's budget as its preferred γ."""
     drafter = NgramDrafter(model, config, vocab_size=target.vocab_size)
     drafter.trees_verified = bool(getattr(target, "supports_trees", False))
     if config.tree > 0:  # a tree's depth is γ: unless asked otherwise, as deep as its budget
         drafter.preferred_gamma = config.tree
-    drafter.name = f"ngram:{Path(path).name}"
+    drafter.name = name
     return drafter
