@@ -331,7 +331,7 @@ def test_recycled_candidates_serve_contexts_the_corpus_never_saw(bigram):
 def test_the_engine_hands_the_target_top_candidates_of_every_verified_row(bigram_file, tokenizer):
     model = tiny_qwen3(vocab=V, seed=4)
     target = Target(model, tokenizer)
-    d = make_drafter(f"ngram:{bigram_file},mode=top1,recycle=3,lookup=0", target)
+    d = make_drafter(f"ngram:{bigram_file},mode=top1,tree=0,recycle=3,lookup=0", target)  # a chain: rows in order
     seen: list[tuple[list[int], np.ndarray, np.ndarray]] = []
     observe = d.observe
     d.observe = lambda inputs, top, probs: (seen.append((list(inputs), top.copy(), probs.copy())),
@@ -343,9 +343,12 @@ def test_the_engine_hands_the_target_top_candidates_of_every_verified_row(bigram
     assert inputs[0] == prompt[-1] and len(inputs) == 1 + out.proposed_per_step[0]
     with torch.no_grad():
         logits = model(torch.tensor([prompt[:-1] + inputs])).logits[0, len(prompt) - 1 :].float()
-    expected = logits.topk(3).indices.numpy()
-    assert (top == expected).all()  # each row's candidates, most likely first
-    assert np.allclose(probs, torch.softmax(logits.topk(3).values, -1).numpy(), atol=1e-5)
+    best = logits.topk(3).values.numpy()
+    picked = np.take_along_axis(logits.numpy(), top, axis=1)
+    # each row's 3 most likely candidates, most likely first (up to the rounding of a whole-sequence
+    # forward against the engine's cached steps, which may swap near ties)
+    assert np.allclose(picked, best, atol=1e-4) and (np.diff(picked, axis=1) <= 1e-4).all()
+    assert np.allclose(probs, torch.softmax(torch.from_numpy(best), -1).numpy(), atol=1e-4)
 
 
 def test_recycle_is_checked(bigram_file, tokenizer):
