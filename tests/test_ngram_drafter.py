@@ -246,12 +246,12 @@ def test_a_sampled_tree_is_independent_chains_from_the_pending_token(bigram):
     assert len(firsts) > 1  # the first guesses ("b" is followed by c or d) are draws, not the top-4
 
 
-def test_tree_options_are_checked(bigram_file, tokenizer):
+def test_tree_and_recycling_options_are_checked(bigram_file, tokenizer):
     target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
-    with pytest.raises(ValueError, match="tree must be >= 0"):
-        make_drafter(f"ngram:{bigram_file},tree=-2", target)
-    with pytest.raises(ValueError, match="branch"):
-        make_drafter(f"ngram:{bigram_file},tree=8,branch=0", target)
+    for options, message in (("tree=-2", "tree must be >= 0"), ("tree=8,branch=0", "branch"),
+                             ("recycle=40", r"recycle must be in \[0, width=32\]"), ("recycle=-1", "recycle must be in")):
+        with pytest.raises(ValueError, match=message):
+            make_drafter(f"ngram:{bigram_file},{options}", target)
 
 
 @pytest.mark.parametrize("recycle", [0, 3], ids=["bigram", "recycling"])
@@ -349,12 +349,3 @@ def test_the_engine_hands_the_target_top_candidates_of_every_verified_row(bigram
     # forward against the engine's cached steps, which may swap near ties)
     assert np.allclose(picked, best, atol=1e-4) and (np.diff(picked, axis=1) <= 1e-4).all()
     assert np.allclose(probs, torch.softmax(torch.from_numpy(best), -1).numpy(), atol=1e-4)
-
-
-def test_recycle_is_checked(bigram_file, tokenizer):
-    target = Target(tiny_qwen3(vocab=V, seed=4), tokenizer)
-    with pytest.raises(ValueError, match="recycle must be in"):
-        make_drafter(f"ngram:{bigram_file},recycle=40", target)
-    with pytest.raises(ValueError, match="recycle must be in"):
-        make_drafter(f"ngram:{bigram_file},recycle=-1", target)
-
