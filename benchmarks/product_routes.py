@@ -11,7 +11,11 @@ This times, for the default target's shapes (Gemma-3-270M: per layer q/k/v 1536 
   summed in the same order whatever the block size, so its rows equal its one-row products by
   construction;
 * ``int8``: torch's weight-only int8 product (``_weight_int8pack_mm``, one scale per row), the
-  weights of a quantized target.
+  weights of a quantized target;
+* ``w8a8``: int8 weights and int8 activations through oneDNN's quantized product
+  (``onednn::qlinear_pointwise``, VNNI / AMX-INT8), each activation row quantized with its own
+  scale (dynamic, symmetric) and the int32 sums scaled back per row, so a row's result does not
+  depend on the other rows of its block (integer sums are exact).
 
 The layers are timed all 18 in a row on distinct weights (200 MB, more than the cache holds, as
 in a forward), the head on its own; medians of rounds where the routes alternate.
@@ -102,7 +106,7 @@ def main() -> None:
     layers = [[(torch.randn(shape) * 0.05).bfloat16() for shape in LAYER_SHAPES] for _ in range(LAYERS)]
     head = (torch.randn(HEAD_SHAPE) * 0.05).bfloat16()
     kernel = _kernel()
-    routes = {"onednn": lambda w: lean.Linear(w), "int8": lambda w: _int8(w)}
+    routes = {"onednn": lambda w: lean.Linear(w), "int8": lambda w: _int8(w), "w8a8": lambda w: _w8a8(w)}
     if kernel is not None:
         routes["kernel"] = lambda w: (lambda x: kernel.product(x, w))
     built = {name: ([[make(w) for w in layer] for layer in layers], make(head)) for name, make in routes.items()}
@@ -129,6 +133,9 @@ def main() -> None:
     out["ratio_to_onednn"] = {name: {part: {m: round(out["ms"]["onednn"][part][m] / t, 3) for m, t in by_m.items()}
                                      for part, by_m in parts.items()}
                               for name, parts in out["ms"].items() if name != "onednn"}  # fmt: skip
+    x = torch.randn(16, 640).bfloat16()
+    w8a8 = _w8a8(head[:4096].contiguous())
+    out["w8a8_rows_equal_one_row"] = all(torch.equal(w8a8(x)[i], w8a8(x[i : i + 1])[0]) for i in range(16))
     if kernel is not None:  # its rows equal its one-row products, bit for bit
         x = torch.randn(16, 640).bfloat16()
         block = kernel.product(x, head[:4096].contiguous())
@@ -139,6 +146,22 @@ def main() -> None:
     print(text)
     if args.output:
         write_text_atomic(Path(args.output), text + "\n")
+
+
+def _w8a8(weight: torch.Tensor):
+    rows, scales = lean.quantize_int8(weight)
+    packed = torch.ops.onednn.qlinear_prepack(rows, [1, rows.shape[1]])
+    w_scales, zeros = scales.float(), torch.zeros(rows.shape[0], dtype=torch.long)
+
+    def product(x: torch.Tensor) -> torch.Tensor:
+        flat = x.float()
+        s = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        qx = (torch.round(flat / s) + 128).to(torch.uint8)
+        y = torch.ops.onednn.qlinear_pointwise(qx, 1.0, 128, packed, w_scales, zeros, None, 1.0, 0, torch.float32,
+                                               "none", [], "")  # fmt: skip
+        return (y * s).to(torch.bfloat16)
+
+    return product
 
 
 def _int8(weight: torch.Tensor):
