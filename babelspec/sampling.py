@@ -361,6 +361,15 @@ def _check_finite(total: float) -> None:
 _ONE = np.ones(1, dtype=np.float32)
 
 
+def _logit_rows(logits: torch.Tensor) -> np.ndarray:
+    """``logits`` [n, vocab] as float32 NumPy rows, each contiguous (a view where it can be)."""
+    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
+        x = logits.numpy()
+    else:
+        x = logits.detach().float().cpu().numpy()
+    return np.ascontiguousarray(x) if x.strides[1] != x.itemsize else x
+
+
 def warp(
     logits: torch.Tensor,
     config: SamplingConfig,
@@ -376,12 +385,7 @@ def warp(
     top-k (or greedy decoding) the vocabulary is read once and only the k candidates go
     further: a handful of NumPy operations per row.
     """
-    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
-        x = logits.numpy()
-    else:
-        x = logits.detach().float().cpu().numpy()
-    if x.strides[1] != x.itemsize:
-        x = np.ascontiguousarray(x)
+    x = _logit_rows(logits)
     window = None
     if config.repetition_penalty != 1.0 and config.repetition_window > 0:
         if windows is not None:
@@ -401,10 +405,7 @@ def top_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     What a drafter that recycles the target's own candidates keeps of a verification (Token
     Recycling, Luo et al. 2024); one strided pass per row (``_top_candidates``), about 50 µs
     on a 262k vocabulary."""
-    if logits.dtype == torch.float32 and logits.device.type == "cpu" and not logits.requires_grad:
-        x = logits.numpy()
-    else:
-        x = logits.detach().float().cpu().numpy()
+    x = _logit_rows(logits)
     n, vocab = x.shape
     k = min(k, vocab)
     ids = np.empty((n, k), dtype=np.int64)

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from babelspec import lean
-from babelspec.bench.tree import real_root
+from babelspec.bench.tree import flores_prompts, real_root
 from babelspec.data.real import real_data
 from babelspec.distill.data import task_prompts
 from babelspec.drafters import make_drafter
@@ -125,9 +125,7 @@ def main() -> None:
     greedy = SamplingConfig(greedy=True)
     runs = []
     for lang in LANGS:
-        real = real_data(lang, root)
-        for p in task_prompts("translation", lang, base.tokenizer, "test", args.prompts_per_lang,
-                              sources=(real.test, real.shots), root=str(root)):  # fmt: skip
+        for p in flores_prompts(lang, base.tokenizer, args.prompts_per_lang, root):
             ids = list(p.prompt_ids)
             outs = [generate(t, make_drafter("none", t), ids, max_new_tokens=args.max_new_tokens, sampling=greedy,
                              stop_strings=p.stop_strings) for t in (base, quant)]  # fmt: skip

@@ -107,17 +107,11 @@ def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str
 
     items = []
     if task == "flores":
-        from babelspec.bench.tree import real_root
-        from babelspec.data.real import real_data
-        from babelspec.distill.data import task_prompts
+        from babelspec.bench.tree import flores_prompts, real_root
 
         root = real_root("peers --task flores", data_root)
         for lang in langs:
-            real = real_data(lang, root)
-            if real is None:
-                raise ValueError(f"{root} holds no FLORES-200 sentences for {lang}; see babelspec.data.real")
-            for prompt in task_prompts("translation", lang, tokenizer, "test", per_lang,
-                                       sources=(real.test, real.shots), root=str(root)):  # fmt: skip
+            for prompt in flores_prompts(lang, tokenizer, per_lang, root):
                 ids = list(prompt.prompt_ids)
                 items.append(PromptItem(lang, ids, tokenizer.decode(ids)))
         return items

@@ -78,6 +78,18 @@ def real_root(bench: str, data_root: str) -> Path:
     return root
 
 
+def flores_prompts(lang: str, tokenizer: Any, n: int, root: Path) -> list[Any]:
+    """``n`` translation prompts (``distill.data.task_prompts``) of held-out FLORES-200 test
+    sentences from English into ``lang`` (SIB-200's test split, dev-split shots) in ``root``."""
+    from babelspec.data.real import real_data
+    from babelspec.distill.data import task_prompts
+
+    real = real_data(lang, root)
+    if real is None:
+        raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+    return task_prompts("translation", lang, tokenizer, "test", n, sources=(real.test, real.shots), root=str(root))
+
+
 def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: int, max_new_tokens: int,
                        modes: tuple[str, ...], root: Path,
                        settings_for: Callable[[str, Path], dict[str, tuple[Any, int]]],
@@ -91,8 +103,6 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
     ``after_prompt(settings, prompt_ids, records)``, if given, sees each prompt's records."""
     import tempfile
 
-    from babelspec.data.real import real_data
-    from babelspec.distill.data import task_prompts
     from babelspec.engine import generate
     from babelspec.sampling import SamplingConfig
 
@@ -100,13 +110,9 @@ def real_sentence_runs(target: Any, langs: tuple[str, ...], prompts_per_lang: in
     names: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for lang in langs:
-            real = real_data(lang, root)
-            if real is None:
-                raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+            prompts = flores_prompts(lang, target.tokenizer, prompts_per_lang, root)
             settings = settings_for(lang, _bigram_file(lang, target.tokenizer, root, Path(tmp)))
             names = list(settings)
-            prompts = task_prompts("translation", lang, target.tokenizer, "test", prompts_per_lang,
-                                   sources=(real.test, real.shots), root=str(root))
             for i, prompt in enumerate(prompts):
                 first = len(records)
                 for mode in modes:

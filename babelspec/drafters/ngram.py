@@ -49,6 +49,7 @@ MODES = ("sample", "top1", "nucleus", "auto")
 # decoded 2.88x plain (`bench tree --modes greedy`, tree_vs_chain_deep.json, "tree 8 deep").
 DEFAULT_TREE = {"greedy": 8, "sample": 0}
 UNSEEN_POLICIES = ("stop", "backoff", "uniform")
+COUNT_SCALE = 1e6  # probabilities (recycled rows, mixtures) as integer counts: p * COUNT_SCALE, at least 1
 
 
 @dataclass(frozen=True)
@@ -184,8 +185,8 @@ class NgramDrafter(Drafter):
         self._history: list[int] = []  # target token ids of the context so far
         self._lookup: dict[tuple[int, ...], dict[int, int]] = {}
         self._lookup_rows: dict[tuple[int, ...], Row] = {}
-        self._recycled: dict[int, Row] = {}
-        self._mixed: dict[int, tuple[Row, Row, Row]] = {}  # target id -> the target's top continuations after it
+        self._recycled: dict[int, Row] = {}  # target id -> the target's top continuations after it
+        self._mixed: dict[int, tuple[Row, Row, Row]] = {}  # target id -> (recycled, trained, mixture)
         self.observes_top = config.recycle
         self._last: list[int] = []
         self._rng = random.Random(0)
@@ -327,7 +328,7 @@ class NgramDrafter(Drafter):
     def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
         """Token Recycling: the target's candidates after each token it just read replace that
         token's row (the most recent context wins)."""
-        scaled = np.maximum(np.rint(probs * 1e6), 1).astype(np.int64).tolist()
+        scaled = np.maximum(np.rint(np.nan_to_num(probs) * COUNT_SCALE), 1).astype(np.int64).tolist()
         ids_list = ids.tolist()
         finite = np.isfinite(probs).all(axis=1).tolist()
         for r, token in enumerate(inputs):
@@ -335,15 +336,16 @@ class NgramDrafter(Drafter):
                 self._recycled[token] = self._row(ids_list[r], scaled[r])
 
     def _mix(self, a: Row, b: Row) -> Row:
-        """The even mixture of two rows (its ``width`` most likely tokens, renormalised)."""
+        """The even mixture of two rows (its ``width`` most likely tokens, renormalised by
+        ``_row``)."""
         weights: dict[int, float] = {}
         for row in (a, b):
             previous = 0
             for token, cumulative in zip(row.tokens, row.cumulative):
-                weights[token] = weights.get(token, 0.0) + (cumulative - previous) / row.total
+                weights[token] = weights.get(token, 0.0) + (cumulative - previous) / row.total / 2
                 previous = cumulative
         items = sorted(weights.items(), key=lambda kv: -kv[1])[: self.config.width]
-        return self._row([t for t, _ in items], [max(1, round(p * 5e5)) for _, p in items])
+        return self._row([t for t, _ in items], [max(1, round(p * COUNT_SCALE)) for _, p in items])
 
     def candidates(self, path: list[int], k: int) -> list[int]:
         """The ``k`` most likely next tokens after the context extended by ``path`` (not
