@@ -65,16 +65,24 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
         head = getattr(model, "lm_head", None)
         if type(model).__name__ != "Gemma3ForCausalLM" or head is None or head.bias is not None:
             return None
-        softcap = model.config.final_logit_softcapping
-        project = Linear(head.weight, pad_row=fuse)
-
-        def logits_of(hidden: torch.Tensor) -> torch.Tensor:
-            logits = project(hidden)
-            if softcap is not None:
-                logits = torch.tanh(logits / softcap) * softcap
-            return logits
-
+        logits_of = OutputHead(Linear(head.weight, pad_row=fuse), head.weight, model.config.final_logit_softcapping)
     return LeanGemma3(body, logits_of, fuse=fuse, quantize=quantize)
+
+
+class OutputHead:
+    """A Gemma-3 LM's output head: the product (``Linear``, or ``W8A8Linear`` in a W8A8
+    target), then the model's final logit soft-capping where it has one."""
+
+    __slots__ = ("project", "weight", "softcap")
+
+    def __init__(self, project: Any, weight: torch.Tensor, softcap: float | None) -> None:
+        self.project, self.weight, self.softcap = project, weight, softcap
+
+    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = self.project(hidden)
+        if self.softcap is not None:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
 
 class LeanLayerCache:
@@ -308,12 +316,138 @@ class Int8Linear:
         return out if len(self.sizes) == 1 else list(out.split(self.sizes, dim=-1))
 
 
+def w8a8_available() -> bool:
+    """Whether this torch has oneDNN's quantized product (x86 CPU builds do)."""
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
+class W8A8Linear:
+    """``x @ weight.T`` on int8 weights and int8 activations (W8A8), ``weights`` stacked as in
+    ``Int8Linear``: oneDNN's quantized product (``qlinear_pointwise``), exact int32 sums under one
+    scale per weight row and one per activation row, so every row of a block gets the bits it
+    gets alone, and a 262k-row output head reads in half bf16's time at 1-16 rows
+    (``benchmarks/product_routes.py``). Before quantization the input channels are smoothed as
+    in SmoothQuant (Xiao et al. 2023): ``s_j = amax_j**alpha / max|W_j|**(1 - alpha)``, with
+    ``amax`` each input channel's largest magnitude on calibration text; the activation is
+    divided by ``s`` and the weight multiplied by it, moving outlier channels into the weights."""
+
+    __slots__ = ("packed", "scales", "zeros", "smooth", "sizes", "dtype")
+
+    fused = True
+
+    def __init__(self, weights: list[torch.Tensor], amax: torch.Tensor, alpha: float) -> None:
+        if not w8a8_available():
+            raise ValueError(f"W8A8 needs oneDNN's qlinear_pointwise, which torch {torch.__version__} here lacks")
+        stacked = weights[0] if len(weights) == 1 else torch.cat([w.detach() for w in weights])
+        stacked = stacked.detach()
+        s = amax.float().clamp(min=1e-5) ** alpha / stacked.abs().amax(0).float().clamp(min=1e-5) ** (1 - alpha)
+        parts = [quantize_int8(rows.float() * s) for rows in stacked.split(16384)]  # a 262k-row head in parts
+        rows = torch.cat([p[0] for p in parts])
+        self.smooth = 1.0 / s
+        self.packed = torch.ops.onednn.qlinear_prepack(rows, [1, rows.shape[1]])
+        self.scales = torch.cat([p[1] for p in parts])
+        self.zeros = torch.zeros(rows.shape[0], dtype=torch.long)
+        self.sizes = [w.shape[0] for w in weights]
+        self.dtype = stacked.dtype
+
+    def merges(self, x: torch.Tensor) -> bool:
+        return True
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1]).float() * self.smooth
+        scale = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
+        quantized = (torch.round(flat / scale) + 128).to(torch.uint8)  # unsigned, zero point 128
+        out = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, 128, self.packed, self.scales, self.zeros, None,
+                                                 1.0, 0, torch.float32, "none", [], "")  # fmt: skip
+        return (out * scale).to(self.dtype).view(*x.shape[:-1], -1)
+
+    def __call__(self, x: torch.Tensor, merge: bool | None = None) -> torch.Tensor | list[torch.Tensor]:
+        out = self.stacked(x)
+        return out if len(self.sizes) == 1 else list(out.split(self.sizes, dim=-1))
+
+
+class _ChannelMax:
+    """Wraps a product and records each input channel's largest magnitude (W8A8 calibration)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.amax = inner, None
+
+    @property
+    def fused(self) -> bool:
+        return self.inner.fused
+
+    def _see(self, x: torch.Tensor) -> None:
+        seen = x.detach().reshape(-1, x.shape[-1]).abs().amax(0).float()
+        self.amax = seen if self.amax is None else torch.maximum(self.amax, seen)
+
+    def merges(self, x: torch.Tensor) -> bool:
+        return self.inner.merges(x)
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        self._see(x)
+        return self.inner.stacked(x)
+
+    def __call__(self, x: torch.Tensor, merge: bool | None = None) -> Any:
+        self._see(x)
+        return self.inner(x) if merge is None else self.inner(x, merge)
+
+
+PRODUCTS = ("qkv", "o", "gate_up", "down")
+# W8A8's defaults: MLP down-projections kept bf16 (their inputs, GELU products, carry the largest
+# outliers), SmoothQuant's alpha 0.5. ``benchmarks/w8a8_target.py`` measures teacher-forced top-1
+# agreement with bf16 on held-out FLORES-200: every product W8A8 0.84 (amh 0.63, npi 0.66), down
+# kept 0.89 (amh 0.73, npi 0.77; llama.cpp on the same GGUF 0.91, amh 0.80, npi 0.77), 1.27x bf16.
+W8A8_KEEP = ("down",)
+W8A8_ALPHA = 0.5
+
+
+def quantize_w8a8(forward: LeanGemma3, calibrate: Callable[[], None], alpha: float = W8A8_ALPHA,
+                  keep: tuple[str, ...] = W8A8_KEEP) -> None:  # fmt: skip
+    """Turn a bf16 target's lean forward into a W8A8 one, in place: every product but the kinds
+    in ``keep`` and the output head on ``W8A8Linear``, smoothed with input magnitudes recorded
+    while ``calibrate()`` runs the bf16 forward over calibration text."""
+    if unknown := set(keep) - set(PRODUCTS):
+        raise ValueError(f"cannot keep {sorted(unknown)} in bf16; products are {', '.join(PRODUCTS)}")
+    if not isinstance(forward.logits_of, OutputHead) or forward.quantize is not None:
+        raise ValueError("W8A8 applies to a target's own forward (a drafter's head or int8 layers are not)")
+    if forward.dtype != torch.bfloat16:
+        raise ValueError(f"W8A8 quantizes a bfloat16 target; this one is {forward.dtype} (load it with "
+                         "dtype='bfloat16')")  # fmt: skip
+    weights = [_weights(module) for module in forward.body.layers[: len(forward.layers)]]
+    slots = [(layer, kind, weights[i][kind]) for i, layer in enumerate(forward.layers) for kind in PRODUCTS
+             if kind not in keep] + [(forward.logits_of, "project", [forward.logits_of.weight])]  # fmt: skip
+    originals = [getattr(owner, name) for owner, name, _ in slots]
+    for owner, name, _ in slots:
+        setattr(owner, name, _ChannelMax(getattr(owner, name)))
+    try:
+        calibrate()
+        recorded = [getattr(owner, name).amax for owner, name, _ in slots]
+    finally:
+        for (owner, name, _), original in zip(slots, originals):
+            setattr(owner, name, original)
+    if any(amax is None for amax in recorded):
+        raise ValueError("W8A8 calibration ran no forward over the target's layers and head")
+    for (owner, name, ws), amax in zip(slots, recorded):
+        setattr(owner, name, W8A8Linear(ws, amax, alpha))
+    for layer in forward.layers:
+        layer.qk_norm = _qk_norm(layer.norms, forward.heads, forward.kv_heads)
+    forward.quantize = "w8a8"
+    forward._batch_rows.clear()
+
+
+def _weights(layer: torch.nn.Module) -> dict[str, list[torch.Tensor]]:
+    """A decoder layer's product weights by kind, q/k/v and gate/up side by side."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv": [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], "o": [attn.o_proj.weight],
+            "gate_up": [mlp.gate_proj.weight, mlp.up_proj.weight], "down": [mlp.down_proj.weight]}  # fmt: skip
+
+
 @dataclass
 class _Layer:
-    qkv: Linears | Int8Linear
-    o: Linear | Int8Linear
-    gate_up: Linears | Int8Linear
-    down: Linear | Int8Linear
+    qkv: Linears | Int8Linear | W8A8Linear
+    o: Linear | Int8Linear | W8A8Linear
+    gate_up: Linears | Int8Linear | W8A8Linear
+    down: Linear | Int8Linear | W8A8Linear
     norms: dict[str, tuple[torch.Tensor, float]]  # name -> (1 + weight in float32, eps)
     sliding: bool
     qk_norm: tuple[torch.Tensor, float] | None = None  # q_norm's scale per query head, then k_norm's
@@ -380,12 +514,9 @@ class LeanGemma3:
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
             if quantize == "int8":
-                self.layers.append(_Layer(
-                    qkv=Int8Linear([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]),
-                    o=Int8Linear([attn.o_proj.weight]),
-                    gate_up=Int8Linear([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                    down=Int8Linear([mlp.down_proj.weight]),
-                    norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
+                products = {name: Int8Linear(ws) for name, ws in _weights(layer).items()}
+                self.layers.append(_Layer(**products, norms=_layer_norms(layer, attn),
+                                          sliding=kind == "sliding_attention"))  # fmt: skip
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
                 continue
             # fast-mode blocks compute a one-row product as two rows where one row alone rounds

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from babelspec.lean import CACHE_ONLY
+from babelspec.lean import CACHE_ONLY, quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
 
@@ -49,13 +49,56 @@ class Target(CausalLM):
         return self.forward(tokens, parents=parents)
 
 
+PRECISIONS = ("w8a8",)  # target modes beside the loaded dtype's own
+
+
 def load_target(
     spec: str = DEFAULT_TARGET,
     *,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     attention: str = "eager",
+    precision: str | None = None,
 ) -> Target:
-    """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``)."""
+    """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``).
+
+    ``precision="w8a8"``: a lower-precision target mode, another model than the bf16 one (its
+    agreement with it is measured by ``babelspec bench peers --precision w8a8``): the layers'
+    products (MLP down-projections kept bf16) and the output head on int8 weights and int8
+    activations (``lean.quantize_w8a8``), calibrated on the bundled corpora's training pairs.
+    Speculative decoding stays lossless with respect to this model: a block's rows get the bits
+    they get alone."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
+                         "or none for the loaded dtype's own")  # fmt: skip
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
-    return Target(model, tokenizer)
+    target = Target(model, tokenizer)
+    if precision == "w8a8":
+        if target.lean is None or target.device.type != "cpu":
+            raise ValueError("a w8a8 target needs the lean forward on the CPU (a Gemma-3 text model under eager "
+                             "attention, without BABELSPEC_FORWARD=hf)")  # fmt: skip
+        quantize_w8a8(target.lean, lambda: calibrate(target))
+        target.name += " (w8a8)"
+        target.reset()
+    return target
+
+
+def calibration_texts(pairs_per_lang: int = 4) -> list[str]:
+    """W8A8 calibration text: for each bundled language, a few training pairs written as the
+    translation task writes them (the English line, then the language's), no test split."""
+    from babelspec.data import LANGUAGES, parallel
+    from babelspec.data.corpus import languages_with_data
+
+    texts = []
+    for code in languages_with_data():
+        pairs = parallel(code)
+        spread = [pairs[i * len(pairs) // pairs_per_lang] for i in range(min(pairs_per_lang, len(pairs)))]
+        texts.append("\n".join(f"English: {en}\n{LANGUAGES[code].name}: {text}" for en, text in spread))
+    return texts
+
+
+def calibrate(target: Target, max_tokens: int = 256) -> None:
+    """Run the target over ``calibration_texts()`` (what W8A8 records its input magnitudes on)."""
+    for text in calibration_texts():
+        ids = target.tokenizer(text, add_special_tokens=True)["input_ids"][:max_tokens]
+        target.lean.forward(torch.tensor([ids], device=target.device), target.lean.new_cache(), logits_to_keep=1)

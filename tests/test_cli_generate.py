@@ -52,10 +52,20 @@ def test_generate_with_auto_drafts_the_routers_gamma(tmp_path):
     [(["--gamma", "0"], "--gamma must be >= 1"), (["--max-new-tokens", "-3"], "--max-new-tokens must be >= 0"),
      (["--top-p", "2"], "top_p must be in (0, 1]"), (["--target", "no-such-model-xyz"], "no-such-model-xyz"),
      (["--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'"),
-     (["--dtype", "half"], "unknown dtype 'half'; choose one of auto, bfloat16, float32")],
+     (["--dtype", "half"], "unknown dtype 'half'; choose one of auto, bfloat16, float32"),
+     (["--precision", "int4"], "unknown target precision 'int4'; use one of w8a8"),
+     (["--precision", "w8a8", "--dtype", "float32"], "W8A8 quantizes a bfloat16 target; this one is torch.float32")],
 )
 def test_generate_rejects_bad_input_with_a_message(args, message):
     proc = run("generate", "--prompt", "Hello", *args)
     assert proc.returncode == 2
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_generate_in_the_w8a8_target_mode_says_so():
+    proc = run("generate", "--precision", "w8a8", "--dtype", "bfloat16", "--greedy", "--max-new-tokens", "6",
+               "--prompt", PROMPT, "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["precision"] == "w8a8" and out["n_tokens"] == 6 and out["text"]

@@ -153,6 +153,9 @@ def bench_peers(
                                   "$BABELSPEC_CORPORA, else ../shared/corpora]"),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
+    precision: str = typer.Option("", help="babelspec's target mode: w8a8 (int8 weights and activations, "
+                                  "another model; its agreement with the loaded dtype's is measured and "
+                                  "printed), or empty for the loaded dtype's own."),
     llama_cpp: bool = typer.Option(True, help="Also time llama.cpp plain decoding of the same GGUF (needs llama-cpp-python)."),
     llama_cpp_lookup: int = typer.Option(10, min=0, help="And llama.cpp with llama-cpp-python's prompt-lookup "
                                          "drafter (LlamaPromptLookupDecoding), drafting this many tokens; 0: not."),
@@ -186,6 +189,7 @@ def bench_peers(
         task=task,
         data_root=data_root,
         dtype=dtype,
+        precision=precision or None,
         llama_cpp=llama_cpp,
         llama_cpp_lookup=llama_cpp_lookup,
     )

@@ -291,6 +291,7 @@ class PeersConfig:
     data_root: str = ""  # the corpora folder of --task flores
     threads: int | None = None
     dtype: str = "auto"  # babelspec and HF alike: auto | bfloat16 | float32
+    precision: str | None = None  # babelspec's target mode (w8a8; HF runs the loaded dtype's model)
     llama_cpp: bool = True  # also llama.cpp plain decoding of the same GGUF, if installed
     llama_cpp_lookup: int = 10  # and its prompt-lookup speculative decoding, drafting this many (0: not)
 
@@ -343,7 +344,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    target = load_target(cfg.target, dtype=cfg.dtype)
+    target = load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision)
     tokenizer = target.tokenizer
     llama: dict[str, Any] = {}  # method -> LlamaCppModel
     llama_note = "not requested"
@@ -404,6 +405,14 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
                               f"{seconds:.2f} s", file=sys.stderr, flush=True)
     out = summarise(records, cfg, methods, prompts, time.perf_counter() - started)
     out["execution"] = execution_info(target)
+    if cfg.precision:  # another model than the loaded one: how closely it follows it
+        from babelspec.bench.agreement import greedy_agreement
+        from babelspec.target import Target
+
+        reference = Target(target.model, tokenizer)
+        out["precision"] = {"mode": cfg.precision, "target": target.name, "agreement_with_loaded_dtype":
+                            greedy_agreement(reference, target, [(p.lang, p.ids) for p in prompts],
+                                             cfg.max_new_tokens)}  # fmt: skip
     out["llama_cpp"] = llama_note
     for model in llama.values():
         model.close()
@@ -414,7 +423,7 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
               seconds: float) -> dict:
     """Medians per mode x method (and per language), ratios to HF plain from paired runs."""
     out: dict[str, Any] = {
-        "benchmark": "peers", "target": cfg.target, "task": cfg.task, "gamma": cfg.gamma, "gammas": cfg.gammas,
+        "benchmark": "peers", "target": cfg.target, "precision": cfg.precision, "task": cfg.task, "gamma": cfg.gamma, "gammas": cfg.gammas,
         "max_new_tokens": cfg.max_new_tokens, "langs": list(cfg.langs),
         "prompts": len(prompts), "repeats": cfg.repeats, "threads": torch.get_num_threads(),
         "wall_seconds": round(seconds, 1), "modes": {},

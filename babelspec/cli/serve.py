@@ -6,9 +6,12 @@ import sys
 
 import typer
 
+from babelspec.cli.generate import PRECISION_HELP
+
 
 def serve_command(
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    precision: str = typer.Option("", help=PRECISION_HELP),
     drafter: list[str] = typer.Option(
         ["none"], help="A drafter requests may choose, SPEC or NAME=SPEC (repeatable; the first is the default; "
         "requests name one, never a path or a model): e.g. bigram=ngram:amh.ngram, self:6, auto (the router's "
@@ -52,7 +55,7 @@ def serve_command(
 
             torch.set_num_threads(threads)
         offers = parse_offers(drafter)
-        tgt = load_target(target)
+        tgt = load_target(target, precision=precision or None)
         for spec in offers.values():
             if not is_auto(spec):
                 make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request
