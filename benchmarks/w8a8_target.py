@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from pathlib import Path
 
 import torch
 
 from babelspec import lean
 from babelspec.bench.agreement import teacher_forced_agreement
+from babelspec.bench.llamacpp import open_llama_cpp
 from babelspec.bench.tree import flores_prompts, real_root
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
@@ -55,13 +55,7 @@ def main() -> None:
     quantize_w8a8(quant.lean, lambda: calibrate(quant), args.alpha, keep)  # the mode's own calibration
     llama = None
     if args.llama_cpp:  # the same GGUF's weights (Q4_K_M) under llama.cpp's 8-bit activations
-        from llama_cpp import Llama
-
-        from babelspec.bench.llamacpp import gguf_for
-
-        gguf = gguf_for(DEFAULT_TARGET, Path(tempfile.mkdtemp(prefix="babelspec-gguf-")))
-        llama = Llama(model_path=str(gguf), n_ctx=1024, n_threads=torch.get_num_threads(), logits_all=True,
-                      verbose=False)  # fmt: skip
+        llama = open_llama_cpp(DEFAULT_TARGET, torch.get_num_threads(), logits_all=True)
 
     greedy = SamplingConfig(greedy=True)
     runs = []
@@ -75,12 +69,7 @@ def main() -> None:
             k = len(a)
             extra = {}
             if llama is not None:
-                llama.reset()
-                llama.eval(ids + a)
-                top = torch.from_numpy(llama.scores[len(ids) - 1 : len(ids) - 1 + k]).argmax(-1)
-                base.reset()
-                mine = base.forward(ids + a, logits_to_keep=k + 1)[:-1].argmax(-1)
-                extra["llama_cpp_agreement"] = float((top == mine).float().mean())
+                extra["llama_cpp_agreement"] = teacher_forced_agreement(base, llama, ids, a)
             runs.append({"lang": lang, "tokens": k, "parted_at": parted, **extra,
                          "agreement": teacher_forced_agreement(base, quant, ids, a),
                          "bf16_tokens_per_s": outs[0].n_tokens / (outs[0].wall_seconds - outs[0].prefill_seconds),

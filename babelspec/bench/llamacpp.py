@@ -70,6 +70,18 @@ class LlamaCppModel:
                 break
         return out
 
+    def top_tokens(self, ids: list[int], tokens: list[int]) -> list[int]:
+        """The arg-max after each position of ``ids + tokens`` from the last prompt token on (a
+        context opened with ``logits_all``): what llama.cpp would pick, teacher-forced."""
+        import numpy as np
+
+        llm = self.llama
+        llm.reset()
+        llm.eval(list(ids) + list(tokens))
+        rows = np.asarray(llm.scores[len(ids) - 1 : len(ids) - 1 + len(tokens)])
+        llm.reset()
+        return rows.argmax(-1).tolist()
+
     def close(self) -> None:
         self.llama.close() if hasattr(self.llama, "close") else None
         self._stack.close()
@@ -91,10 +103,11 @@ def smoke_test(spec: str) -> None:
         raise LlamaCppUnavailable(f"llama.cpp failed on {spec!r}: {proc.stderr.strip()[-300:]}")
 
 
-def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048, lookup: int = 0) -> LlamaCppModel:
+def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048, lookup: int = 0, logits_all: bool = False) -> LlamaCppModel:
     """A ``LlamaCppModel`` for a packaged preset or a .gguf path, on ``threads`` CPU threads,
     after a smoke test in a child process. ``lookup`` > 0: llama-cpp-python's speculative
-    decoding with its prompt-lookup draft model, ``lookup`` tokens drafted per step."""
+    decoding with its prompt-lookup draft model, ``lookup`` tokens drafted per step.
+    ``logits_all``: keep every position's logits (``LlamaCppModel.top_tokens``)."""
     try:
         import llama_cpp  # noqa: F401
     except ImportError as err:
@@ -104,10 +117,10 @@ def open_llama_cpp(spec: str, threads: int, n_ctx: int = 2048, lookup: int = 0) 
     with tempfile.TemporaryDirectory(prefix="babelspec-gguf-") as tmp:
         gguf_for(spec, Path(tmp))  # a spec without a GGUF is refused before any child runs
     smoke_test(spec)
-    return _open(spec, threads, n_ctx, lookup)
+    return _open(spec, threads, n_ctx, lookup, logits_all)
 
 
-def _open(spec: str, threads: int, n_ctx: int, lookup: int = 0) -> LlamaCppModel:
+def _open(spec: str, threads: int, n_ctx: int, lookup: int = 0, logits_all: bool = False) -> LlamaCppModel:
     from llama_cpp import Llama
 
     stack = ExitStack()
@@ -120,7 +133,7 @@ def _open(spec: str, threads: int, n_ctx: int, lookup: int = 0) -> LlamaCppModel
 
             draft = {"draft_model": LlamaPromptLookupDecoding(num_pred_tokens=lookup)}
         llama = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                      n_batch=512, verbose=False, logits_all=False, **draft)
+                      n_batch=512, verbose=False, logits_all=logits_all, **draft)
     except BaseException:
         stack.close()
         raise

@@ -409,10 +409,17 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         from babelspec.bench.agreement import greedy_agreement
         from babelspec.target import Target
 
-        reference = Target(target.model, tokenizer)
-        out["precision"] = {"mode": cfg.precision, "target": target.name, "agreement_with_loaded_dtype":
-                            greedy_agreement(reference, target, [(p.lang, p.ids) for p in prompts],
-                                             cfg.max_new_tokens)}  # fmt: skip
+        others: dict[str, Any] = {f"babelspec {cfg.precision}": target}
+        if LLAMA_CPP in llama:  # the peer's own execution of the same GGUF, as a yardstick
+            from babelspec.bench.llamacpp import open_llama_cpp
+
+            others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), logits_all=True)
+        agreement = greedy_agreement(Target(target.model, tokenizer), others, [(p.lang, p.ids) for p in prompts],
+                                     cfg.max_new_tokens)  # fmt: skip
+        out["precision"] = {"mode": cfg.precision, "target": target.name,
+                            "agreement_with_loaded_dtype": agreement}  # fmt: skip
+        if LLAMA_CPP in others:
+            others[LLAMA_CPP].close()
     out["llama_cpp"] = llama_note
     for model in llama.values():
         model.close()
