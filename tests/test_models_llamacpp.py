@@ -51,3 +51,16 @@ def test_the_prompt_lookup_peer_decodes_greedily_as_plain_llama_cpp(llama) -> No
         assert "LlamaPromptLookupDecoding drafting 5 tokens" in lookup.description
     finally:
         lookup.close()
+
+
+def test_teacher_forced_top_tokens_are_llama_cpps_own_greedy_choices(llama) -> None:
+    """``top_tokens`` (the yardstick of a lower-precision target's agreement): fed the prompt and
+    llama.cpp's own greedy continuation, its arg-max at each position is that continuation."""
+    ids = load_tokenizer(DEFAULT_TARGET)("English: Good morning.\nFrench:")["input_ids"]
+    forced = open_llama_cpp(DEFAULT_TARGET, threads=1, n_ctx=256, logits_all=True)
+    try:
+        tokens = forced.generate(ids, 8, greedy=True)
+        assert forced.top_tokens(ids, tokens) == tokens
+        assert forced.top_tokens(ids, tokens[:3]) == tokens[:3]
+    finally:
+        forced.close()
