@@ -163,7 +163,9 @@ def test_the_default_model_in_w8a8_decodes_speculatively_as_it_decodes_plainly_a
     assert tree.token_ids == plain.token_ids and tree.accepted > 0
     bf16 = Target(target.model, target.tokenizer)
     english = target.tokenizer("The old town stands on a hill above the river, and").input_ids
-    result = greedy_agreement(bf16, target, [("yor", prompt), ("eng", english)], max_new_tokens=16)
-    assert result["tokens"] == 32 and set(result["per_lang"]) == {"yor", "eng"}
-    assert 0.6 <= result["agreement"] <= 1.0
+    result = greedy_agreement(bf16, {"w8a8": target, "bf16": bf16}, [("yor", prompt), ("eng", english)],
+                              max_new_tokens=16)  # fmt: skip
+    assert result["w8a8"]["tokens"] == 32 and set(result["w8a8"]["per_lang"]) == {"yor", "eng"}
+    assert 0.6 <= result["w8a8"]["agreement"] <= 1.0
+    assert result["bf16"]["agreement"] == 1.0
     assert teacher_forced_agreement(bf16, bf16, prompt, plain.token_ids) == 1.0
