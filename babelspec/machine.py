@@ -81,6 +81,8 @@ def execution_info(target: Any = None, dtype: torch.dtype | None = None) -> dict
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
+    if getattr(target, "precision", None):
+        info["precision"] = target.precision
     return info
 
 
@@ -89,7 +91,10 @@ def describe(info: dict[str, Any]) -> str:
     if not info:
         return "dtype, threads and CPU not recorded"
     where = info.get("gpu") or info.get("cpu", "")
-    return (f"{info.get('dtype', '?')} ({info.get('mode', '?')} mode), "
+    mode = f"{info.get('dtype', '?')} ({info.get('mode', '?')} mode)"
+    if info.get("precision"):
+        mode += f", {info['precision']} target"
+    return (f"{mode}, "
             f"{info.get('threads', '?')} threads, {where}")
 
 
@@ -109,15 +114,19 @@ def machine_fingerprint(target: Any = None) -> dict[str, Any]:
             dtype = dtype_name(model_dtype(model))
         except StopIteration:
             pass
-    return {"host": socket.gethostname(), "device": name, "dtype": dtype,
-            "threads": torch.get_num_threads()}  # fmt: skip
+    out = {"host": socket.gethostname(), "device": name, "dtype": dtype, "threads": torch.get_num_threads()}
+    if getattr(target, "precision", None):
+        out["precision"] = target.precision  # a target mode (w8a8): another model, another speed
+    return out
 
 
 def machine_kind(machine: dict[str, Any] | None) -> str:
-    """The part of a fingerprint that determines speed: device, dtype, threads ("" if unknown)."""
+    """The part of a fingerprint that determines speed: device, dtype (and target mode, as
+    ``bfloat16 w8a8``), threads ("" if unknown)."""
     if not machine:
         return ""
-    return f"{_device(machine)} | {machine.get('dtype', '')} | {machine.get('threads', '')} threads"
+    dtype = " ".join(filter(None, (machine.get("dtype", ""), machine.get("precision", ""))))
+    return f"{_device(machine)} | {dtype} | {machine.get('threads', '')} threads"
 
 
 def _device(machine: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ class Target(CausalLM):
         super().__init__(model, device, forward, lean=lean)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
+        self.precision: str | None = None  # a target mode (load_target's ``precision``), else the dtype's own
 
     def prefill(self, ids: list[int]) -> None:
         """Start a new sequence: cache ``ids`` (the caller keeps the last token pending)."""
@@ -79,6 +80,7 @@ def load_target(
                              "attention, without BABELSPEC_FORWARD=hf)")  # fmt: skip
         quantize_w8a8(target.lean, lambda: calibrate(target))
         target.name += " (w8a8)"
+        target.precision = precision
         target.reset()
     return target
 

@@ -68,4 +68,4 @@ def test_generate_in_the_w8a8_target_mode_says_so():
                "--prompt", PROMPT, "--json")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert out["precision"] == "w8a8" and out["n_tokens"] == 6 and out["text"]
+    assert out["execution"]["precision"] == "w8a8" and out["n_tokens"] == 6 and out["text"]

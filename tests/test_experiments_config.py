@@ -44,6 +44,7 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     ({"drafters": ["none"]}, "not a grid setting"),
     ({"tasks": ["poetry"]}, "unknown task 'poetry'"),
     ({"prompts_per_cell": 0}, "prompts_per_cell must be"),
+    ({"precision": "int4"}, "precision must be w8a8 or empty for the dtype's own .got 'int4'."),
     ({"sampling": {"top_p": 1.5}}, "top_p"),
     ({"sampling": {"preset": "wild"}}, "preset must be"),
     ({"checks": {"loop_n": 3}}, r"\[checks\].*unknown key"),

@@ -24,6 +24,11 @@ def test_fingerprint_names_host_device_dtype_and_threads():
     assert machine_kind(other_host) == machine_kind(fp)  # the same hardware measures the same
     assert machine_kind({**fp, "threads": fp["threads"] + 1}) != machine_kind(fp)
     assert machine_kind({**fp, "dtype": "bfloat16"}) != machine_kind(fp)
+    w8a8 = {**fp, "dtype": "bfloat16", "precision": "w8a8"}  # a target mode: another model and speed
+    assert machine_kind(w8a8) != machine_kind({**fp, "dtype": "bfloat16"}) and "bfloat16 w8a8" in machine_kind(w8a8)
+    target = Target(tiny_gemma3())
+    target.precision = "w8a8"
+    assert machine_fingerprint(target)["precision"] == "w8a8"
 
 
 def test_speedups_pair_only_generations_of_one_machine_kind():

@@ -16,6 +16,7 @@ from babelspec.bench.agreement import greedy_agreement, teacher_forced_agreement
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.lean import W8A8Linear, quantize_w8a8, w8a8_available
+from babelspec.machine import describe, execution_info
 from babelspec.sampling import SamplingConfig
 from babelspec.target import PRECISIONS, Target, calibration_texts, load_target
 
@@ -150,7 +151,8 @@ def test_the_default_model_in_w8a8_decodes_speculatively_as_it_decodes_plainly_a
     from babelspec.ngram import CountConfig, train
 
     target = load_target(DEFAULT_TARGET, dtype="bfloat16", precision="w8a8")
-    assert target.name.endswith("(w8a8)")
+    assert target.name.endswith("(w8a8)") and target.precision == "w8a8"
+    assert execution_info(target)["precision"] == "w8a8" and "w8a8 target" in describe(execution_info(target))
     if target.lean.batch_rows(9) < 9:
         pytest.skip("this CPU's bf16 products (the kept down-projections) round rows by their block")
     bigram = tmp_path / "yor.ngram"

@@ -71,8 +71,7 @@ def generate(
         from babelspec.machine import execution_info
 
         typer.echo(json.dumps({"text": result.text, "target": target, "drafter": drafter,
-                               "precision": precision or None, "execution": execution_info(tgt),
-                               **result.to_dict()}, ensure_ascii=False))
+                               "execution": execution_info(tgt), **result.to_dict()}, ensure_ascii=False))
         return
     typer.echo(prompt + result.text)
     typer.echo(
