@@ -72,6 +72,8 @@ def load_target(
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
                          "or none for the loaded dtype's own")  # fmt: skip
+    if precision == "w8a8" and dtype in (None, "auto"):
+        dtype = "bfloat16"  # the mode is made from the bf16 model
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
     target = Target(model, tokenizer)
     if precision == "w8a8":
