@@ -146,6 +146,7 @@ def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "kind": kind, "device": _device(machine),
             "dtype": machine.get("dtype", ""),
             "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
+            "precision": machine.get("precision", ""),
             "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
         entry["generations"] += 1
         entry["hosts"].add(machine.get("host", ""))
@@ -162,7 +163,8 @@ def describe_machines(summary: list[dict[str, Any]]) -> str:
         hosts = len(e["hosts"])
         where = f" on {hosts} hosts" if hosts > 1 else ""
         threads = f"{e['threads']} thread{'' if e['threads'] == 1 else 's'}"
-        return f"{e['dtype']} ({e['mode']} mode), {threads} per generation, {e['device']}{where}"
+        target = f", {e['precision']} target" if e.get("precision") else ""
+        return f"{e['dtype']} ({e['mode']} mode){target}, {threads} per generation, {e['device']}{where}"
 
     if len(summary) == 1:
         return one(summary[0])

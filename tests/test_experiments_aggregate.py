@@ -226,3 +226,32 @@ def test_the_worst_language_is_chosen_on_the_choosing_prompts_and_measured_on_th
     summary = agg.language_summary(rows)
     [h] = [h for h in agg.headline(rows, summary) if h["task"] == "*"]
     assert h["worst_language"] == "amh" and h["worst"] == pytest.approx(1.25)
+
+
+def _int8_store(path):
+    from babelspec.experiments.store import Store
+
+    store = Store(path)
+    for p in range(3):
+        store.add(record("amh", "translation", "none", 0, p, wall=2.0))
+        store.add(record("amh", "translation", "head", 3, p, wall=1.5, alpha=0.9, c=0.6))
+        store.add(record("amh", "translation", "int8", 3, p, wall=1.25, alpha=0.7, c=0.5))
+        store.add(record("amh", "translation", "int8", 4, p, wall=1.2, alpha=0.7))  # no bf16 twin at γ 4
+        store.add(record("amh", "translation", "fast", 3, p, wall=1.0, alpha=0.5))  # not a restricted head
+    return store
+
+
+def test_quantization_cost_sets_each_int8_setting_beside_the_bf16_head_of_its_layers(tmp_path):
+    records = _int8_store(tmp_path / "q.sqlite").records()
+    specs = {(r.drafter, r.language): r.drafter_spec for r in records}  # head:x, int8:x, fast:x
+    [row] = agg.quantization_cost(agg.setting_stats(records), specs)
+    assert (row["language"], row["task"], row["gamma"], row["layers"], row["bf16"], row["int8"]) == (
+        "amh", "translation", 3, "all", "head", "int8")
+    assert row["alpha_bf16"] == pytest.approx(0.9) and row["alpha_int8"] == pytest.approx(0.7)
+    assert row["alpha_loss"] == pytest.approx(0.2)
+    assert row["speedup_bf16"] == pytest.approx(2.0 / 1.5) and row["speedup_int8"] == pytest.approx(2.0 / 1.25)
+    assert row["c_bf16"] == pytest.approx(0.6) and row["c_int8"] == pytest.approx(0.5)
+    shapes = {s: agg._restricted_head_layers(s) for s in ("head:amh", "self:12@amh", "int8:12@", "int8:npi",
+                                                          "self:12", "ngram:x.ngram")}  # fmt: skip
+    assert shapes == {"head:amh": (False, ""), "self:12@amh": (False, "12"), "int8:12@": (True, "12"),
+                      "int8:npi": (True, ""), "self:12": None, "ngram:x.ngram": None}  # fmt: skip

@@ -73,3 +73,5 @@ def test_the_report_names_the_machines_generations_ran_on_not_the_drivers():
     assert line.startswith("2 machine kinds (speed ratios only within one): ")
     assert "1 thread per generation, CPU X (2 generations); " in line
     assert line.endswith("bfloat16 (fast mode), 4 threads per generation, CPU X (1 generation)")
+    w8a8 = machines_summary([{**worker, "precision": "w8a8"}])
+    assert describe_machines(w8a8) == "bfloat16 (fast mode), w8a8 target, 1 thread per generation, CPU X"

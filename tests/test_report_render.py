@@ -58,3 +58,12 @@ def test_report_cli_and_its_error_on_a_missing_run(run_dir, tmp_path):
     assert res.exit_code != 0
     flat = " ".join(res.output.replace("│", " ").split())  # the error box wraps lines
     assert "not a babelspec run directory" in flat
+
+
+def test_report_shows_what_int8_costs_each_language(tmp_path):
+    from test_experiments_aggregate import _int8_store
+
+    _int8_store(tmp_path / "results.sqlite").close()
+    md = build_report(tmp_path)["markdown"].read_text()
+    assert "## What int8 costs each language" in md
+    assert "| amh | translation | 3 | all | 0.90 | 0.70 | 0.20 | 0.60 → 0.50 | 1.33x → 1.60x |" in md

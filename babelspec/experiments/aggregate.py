@@ -496,6 +496,41 @@ def drafter_means(stats: list[SettingStats]) -> list[dict]:
     return rows
 
 
+def _restricted_head_layers(spec: str) -> tuple[bool, str] | None:
+    """(int8?, layers) of a restricted-head drafter spec: ``head[:LANG]`` and ``int8[:LANG]`` are
+    all layers (""), ``self:K@[LANG]`` and ``int8:K@[LANG]`` the first K; None for other drafters."""
+    kind, _, arg = spec.partition(":")
+    if kind == "head":
+        return False, ""
+    if kind == "self" and "@" in arg:
+        return False, arg.partition("@")[0]
+    if kind == "int8":
+        return True, arg.partition("@")[0] if "@" in arg else ""
+    return None
+
+
+def quantization_cost(stats: list[SettingStats], specs: dict[tuple[str, str], str]) -> list[dict]:
+    """What weight-only int8 layers cost each language: every int8 drafter setting beside the bf16
+    restricted-head setting of the same layers (``int8`` / ``head``, ``int8:K@`` / ``self:K@``),
+    same task and γ, with both settings' α, c and measured speedup. ``specs``: (drafter name,
+    language) -> spec."""
+    cells: dict[tuple[str, str, int, str, bool], SettingStats] = {}
+    for s in stats:
+        shape = _restricted_head_layers(specs.get((s.drafter, s.language), ""))
+        if shape is not None:
+            cells.setdefault((s.language, s.task, s.gamma, shape[1], shape[0]), s)
+    rows = []
+    for (lang, task, gamma, layers, int8), q in sorted(cells.items()):
+        bf16 = cells.get((lang, task, gamma, layers, False))
+        if not int8 or bf16 is None:
+            continue
+        rows.append({"language": lang, "task": task, "gamma": gamma, "layers": layers or "all",
+                     "bf16": bf16.drafter, "int8": q.drafter, "alpha_bf16": bf16.alpha_mean, "alpha_int8": q.alpha_mean,
+                     "alpha_loss": bf16.alpha_mean - q.alpha_mean, "c_bf16": bf16.c, "c_int8": q.c,
+                     "speedup_bf16": bf16.speedup, "speedup_int8": q.speedup})  # fmt: skip
+    return rows
+
+
 def cross_task_matrix(stats: list[SettingStats]) -> dict[str, dict[str, dict[str, float]]]:
     """drafter -> evaluated task -> {alpha, speedup, f, in_task}; means over languages.
 

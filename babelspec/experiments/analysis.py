@@ -101,6 +101,7 @@ def analyse(store: Store) -> dict[str, Any]:
         "task_kd_vs_bigram": paper.task_kd_against_bigram(table),
         "distilled": distilled_runs(specs),
         "cross_task": agg.cross_task_matrix(stats),
+        "quantization": agg.quantization_cost(stats, specs),
         "router": router.to_dict(),
         # held out; the worst route chosen on the choosing prompts, like the headline's
         "router_headline": {"mean": mean, "mean_low": low, "mean_high": high,

@@ -19,7 +19,7 @@ from babelspec.data.languages import PAPER_LANGUAGES
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
 # Drafter spec prefixes the project knows of (registered by their modules as they land).
 KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
-    "none", "model", "self", "head", "ngram", "distilled", "auto",
+    "none", "model", "self", "head", "int8", "ngram", "distilled", "auto",
 )  # fmt: skip
 # Drafter settings the runner must prepare (train) per language before it can use them.
 PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled")

@@ -205,6 +205,21 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     blocks.append(Table(["drafter \\ evaluated on", *tasks], rows,
                         caption="Means over languages at each language's best γ."))  # fmt: skip
 
+    # --- quantization by language ---
+    quant = a.get("quantization") or []
+    if quant:
+        blocks.append(Heading("What int8 costs each language"))
+        rows = [[q["language"], q["task"], str(q["gamma"]), q["layers"], _f(q["alpha_bf16"]), _f(q["alpha_int8"]),
+                 _f(q["alpha_loss"]), f"{_f(q['c_bf16'])} → {_f(q['c_int8'])}",
+                 f"{_f(q['speedup_bf16'], suffix='x')} → {_f(q['speedup_int8'], suffix='x')}",
+                 _size_note(corpus, q["language"])] for q in quant]  # fmt: skip
+        blocks.append(Table(
+            ["language", "task", "γ", "layers", "α bf16", "α int8", "α lost", "c", "speedup", "corpus"], rows,
+            caption="The target drafting for itself under a language-restricted bf16 head, its layers in bf16 "
+            "(head:LANG, self:K@LANG) and on weight-only int8 copies (int8:[K@]LANG), same task and γ, all "
+            "prompts: how much acceptance int8 rounding costs each language, beside its bundled data.",
+        ))  # fmt: skip
+
     # --- router ---
     blocks.append(Heading("Router (`--drafter auto`)"))
     blocks.append(Paragraph(
