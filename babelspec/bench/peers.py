@@ -413,7 +413,8 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         if LLAMA_CPP in llama:  # the peer's own execution of the same GGUF, as a yardstick
             from babelspec.bench.llamacpp import open_llama_cpp
 
-            others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), logits_all=True)
+            n_ctx = max(len(p.ids) for p in prompts) + cfg.max_new_tokens + 16  # every row's logits are kept
+            others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), n_ctx, logits_all=True)
         agreement = greedy_agreement(Target(target.model, tokenizer), others, [(p.lang, p.ids) for p in prompts],
                                      cfg.max_new_tokens)  # fmt: skip
         out["precision"] = {"mode": cfg.precision, "target": target.name,
