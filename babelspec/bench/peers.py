@@ -417,8 +417,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
             others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), n_ctx, logits_all=True)
         agreement = greedy_agreement(Target(target.model, tokenizer), others, [(p.lang, p.ids) for p in prompts],
                                      cfg.max_new_tokens)  # fmt: skip
-        out["precision"] = {"mode": cfg.precision, "target": target.name,
-                            "agreement_with_loaded_dtype": agreement}  # fmt: skip
+        out["precision"] = {"mode": cfg.precision, "agreement_with_loaded_dtype": agreement}
         if LLAMA_CPP in others:
             others[LLAMA_CPP].close()
     out["llama_cpp"] = llama_note
