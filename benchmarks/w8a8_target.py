@@ -76,12 +76,11 @@ def main() -> None:
                          "w8a8_tokens_per_s": outs[1].n_tokens / (outs[1].wall_seconds - outs[1].prefill_seconds)})
 
     def summary(rows: list[dict]) -> dict:
-        extra = {}
-        if llama is not None:
-            extra["llama_cpp_agreement"] = round(sum(r["llama_cpp_agreement"] * r["tokens"] for r in rows)
-                                                 / sum(r["tokens"] for r in rows), 3)  # fmt: skip
-        return {**extra, "teacher_forced_agreement": round(sum(r["agreement"] * r["tokens"] for r in rows)
-                                                  / sum(r["tokens"] for r in rows), 3),
+        def pooled(key: str) -> float:  # weighted by tokens
+            return round(sum(r[key] * r["tokens"] for r in rows) / sum(r["tokens"] for r in rows), 3)
+
+        extra = {"llama_cpp_agreement": pooled("llama_cpp_agreement")} if llama is not None else {}
+        return {**extra, "teacher_forced_agreement": pooled("agreement"),
                 "median_parted_at": statistics.median(r["parted_at"] for r in rows),
                 "speedup": round(statistics.median(r["w8a8_tokens_per_s"] / r["bf16_tokens_per_s"] for r in rows), 3)}  # fmt: skip
 

@@ -430,8 +430,7 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
               seconds: float) -> dict:
     """Medians per mode x method (and per language), ratios to HF plain from paired runs."""
     out: dict[str, Any] = {
-        "benchmark": "peers", "target": cfg.target, "precision": cfg.precision, "task": cfg.task,
-        "gamma": cfg.gamma, "gammas": cfg.gammas,
+        "benchmark": "peers", "target": cfg.target, "task": cfg.task, "gamma": cfg.gamma, "gammas": cfg.gammas,
         "max_new_tokens": cfg.max_new_tokens, "langs": list(cfg.langs),
         "prompts": len(prompts), "repeats": cfg.repeats, "threads": torch.get_num_threads(),
         "wall_seconds": round(seconds, 1), "modes": {},

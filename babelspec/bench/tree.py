@@ -235,10 +235,11 @@ def oracle_table(oracles: list[dict], cfg: TreeBenchConfig) -> dict[str, Any]:
         chain = [r for r in oracles if r["budget"] == budget and r["branch"] == 1]
         for branch in cfg.branches:
             mine = [r for r in oracles if r["budget"] == budget and r["branch"] == branch]
+            tree_rate, chain_rate = per_verification(mine), per_verification(chain)
             table[f"tree {budget} branch {branch}"] = {
-                "tokens_per_verification": per_verification(mine),
-                "chain_tokens_per_verification": per_verification(chain),
-                "vs_chain_same_budget": per_verification(mine) / per_verification(chain),
+                "tokens_per_verification": tree_rate,
+                "chain_tokens_per_verification": chain_rate,
+                "vs_chain_same_budget": tree_rate / chain_rate,
                 "per_lang": {lang: per_verification([r for r in mine if r["lang"] == lang])
                              / per_verification([r for r in chain if r["lang"] == lang]) for lang in cfg.langs}}  # fmt: skip
     return table
