@@ -101,8 +101,10 @@ def calibration_texts(pairs_per_lang: int = 4) -> list[str]:
     return texts
 
 
-def calibrate(target: Target, max_tokens: int = 256) -> None:
-    """Run the target over ``calibration_texts()`` (what W8A8 records its input magnitudes on)."""
+def calibrate(target: Target, max_tokens: int = 256, head_rows: int = 0) -> None:
+    """Run the target over ``calibration_texts()`` (what W8A8 records its input magnitudes on),
+    the output head on the last ``head_rows`` rows of each text (0: all of them)."""
     for text in calibration_texts():
         ids = target.tokenizer(text, add_special_tokens=True)["input_ids"][:max_tokens]
-        target.lean.forward(torch.tensor([ids], device=target.device), target.lean.new_cache(), logits_to_keep=1)
+        target.lean.forward(torch.tensor([ids], device=target.device), target.lean.new_cache(),
+                            logits_to_keep=head_rows)  # fmt: skip

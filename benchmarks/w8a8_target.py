@@ -42,6 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--alpha", type=float, default=lean.W8A8_ALPHA, help="SmoothQuant's migration strength (0: none)")
     parser.add_argument("--keep", default=",".join(lean.W8A8_KEEP), help="product kinds kept bf16 (qkv,o,gate_up,down)")
+    parser.add_argument("--head-rows", type=int, default=0, help="calibrate the head on each text's last N rows (0: all)")
     parser.add_argument("--llama-cpp", action="store_true", help="also llama.cpp's agreement on the same GGUF")
     parser.add_argument("--prompts-per-lang", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=32)
@@ -52,7 +53,7 @@ def main() -> None:
     base = load_target(DEFAULT_TARGET, dtype="bfloat16")
     quant = load_target(DEFAULT_TARGET, dtype="bfloat16")
     keep = tuple(k for k in args.keep.split(",") if k)
-    quantize_w8a8(quant.lean, lambda: calibrate(quant), args.alpha, keep)  # the mode's own calibration
+    quantize_w8a8(quant.lean, lambda: calibrate(quant, head_rows=args.head_rows), args.alpha, keep)  # the mode's own calibration
     llama = None
     if args.llama_cpp:  # the same GGUF's weights (Q4_K_M) under llama.cpp's 8-bit activations
         llama = open_llama_cpp(DEFAULT_TARGET, torch.get_num_threads(), logits_all=True)
@@ -84,7 +85,7 @@ def main() -> None:
                 "median_parted_at": statistics.median(r["parted_at"] for r in rows),
                 "speedup": round(statistics.median(r["w8a8_tokens_per_s"] / r["bf16_tokens_per_s"] for r in rows), 3)}  # fmt: skip
 
-    out = {"benchmark": "w8a8_target", "alpha": args.alpha, "keep": list(keep), "execution": execution_info(base),
+    out = {"benchmark": "w8a8_target", "alpha": args.alpha, "keep": list(keep), "head_rows": args.head_rows, "execution": execution_info(base),
            "threads": torch.get_num_threads(), "all": summary(runs),
            "per_lang": {lang: summary([r for r in runs if r["lang"] == lang]) for lang in LANGS}, "runs": runs}  # fmt: skip
     text = json.dumps(out, indent=1)

@@ -1,5 +1,11 @@
 """The tokens a language's corpus uses under a tokenizer: the rows a restricted draft head keeps.
 
+A language's rows are every token of its monolingual train split and the ``SOURCE_TOKENS`` most
+frequent tokens of the English source side of the bundled parallel train splits: under the
+paper's sampling a small target drifts into English words that are not in the prompt (41 % of
+the tokens Gemma-3-270M sampled in 4 held-out amh translations lay outside the amh corpus's
+1,885 tokens), and a draft with no row for them can only be rejected there.
+
 Computed once per (language, tokenizer, corpus) and cached as a sorted ``.npy`` of token ids
 in the user's cache, keyed by a fingerprint of the tokenizer and the corpus text.
 """
@@ -20,7 +26,13 @@ from babelspec.models.tokenizers import tokenizer_fingerprint
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-VOCAB_FORMAT = 1
+VOCAB_FORMAT = 2
+# English source tokens each restricted head also keeps. Tokens the target sampled outside the
+# head's rows, 4 held-out FLORES-200 translations per language (166-192 tokens): amh 68 with
+# none, 55 / 51 / 38 / 31 with the 1k / 2k / 4k / 8k most frequent; yor 20 -> 13 / 10 / 9 / 9;
+# npi 15 -> 14 from 2k on. 4k rows add 5 MB to a 2-7k-row head; `babelspec bench quant`
+# measures the drafters' α and speedup per language.
+SOURCE_TOKENS = 4000
 
 
 def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -58,24 +70,45 @@ def corpus_token_ids(
     return np.flatnonzero(seen).astype(np.int64)
 
 
-def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
-    """Token ids that occur in the language's monolingual train split (cached)."""
-    from babelspec.data.corpus import monolingual
-    from babelspec.data.languages import get_language
+def frequent_token_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase, top: int) -> np.ndarray:
+    """Sorted ids of the ``top`` most frequent tokens of ``texts`` (ties: the smaller id first)."""
+    counts = np.zeros(len(tokenizer), dtype=np.int64)
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    np.add.at(counts, np.fromiter((t for ids in encoded for t in ids), dtype=np.int64), 1)
+    ranked = np.argsort(-counts, kind="stable")[:top]
+    return np.sort(ranked[counts[ranked] > 0])
 
-    code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
-    texts = monolingual(code, "train")
-    if not texts:
-        raise ValueError(f"the {code} monolingual train split is empty; no vocabulary to restrict to")
+
+def _text_digest(texts: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for text in texts:
         digest.update(text.encode())
         digest.update(b"\0")
-    key = f"{code}-{_tokenizer_key(tokenizer)}-{digest.hexdigest()[:12]}-v{VOCAB_FORMAT}"
+    return digest.hexdigest()[:12]
+
+
+def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tokens: int = SOURCE_TOKENS) -> np.ndarray:
+    """Token ids that occur in the language's monolingual train split, and the ``source_tokens``
+    most frequent ones of the English sources of every bundled language's parallel train split
+    (cached)."""
+    from babelspec.data.corpus import monolingual, parallel
+    from babelspec.data.languages import LANGUAGES, get_language
+
+    code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
+    if source_tokens < 0:
+        raise ValueError(f"source_tokens must be >= 0 (got {source_tokens})")
+    texts = monolingual(code, "train")
+    if not texts:
+        raise ValueError(f"the {code} monolingual train split is empty; no vocabulary to restrict to")
+    sources = [en for other in sorted(LANGUAGES) for en, _ in parallel(other, "train")] if source_tokens else []
+    key = (f"{code}-{_tokenizer_key(tokenizer)}-{_text_digest(texts)}-en{source_tokens}-{_text_digest(sources)}"
+           f"-v{VOCAB_FORMAT}")  # fmt: skip
     path = cache_dir() / "vocab" / f"{key}.npy"
     if path.is_file():
         return np.load(path)
     ids = corpus_token_ids(texts, tokenizer)
+    if source_tokens:
+        ids = np.union1d(ids, frequent_token_ids(sources, tokenizer, source_tokens))
     _save_atomic(path, ids)
     return ids
 
