@@ -59,6 +59,14 @@ def write_json_atomic(path: str | Path, obj: Any, *, indent: int = 2, sort_keys:
     write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=sort_keys, ensure_ascii=ensure_ascii))
 
 
+def emit_json(result: Any, output: str | Path | None = None, *, indent: int = 1) -> None:
+    """A benchmark's result: printed as JSON, and written to ``output`` too when given."""
+    text = json.dumps(result, indent=indent, ensure_ascii=False)
+    print(text, flush=True)
+    if output:
+        write_text_atomic(output, text + "\n")
+
+
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file, read in 1 MiB blocks."""
     digest = hashlib.sha256()

@@ -17,7 +17,6 @@ mode's property that a verification row equals the decode row of the same token.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -26,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from babelspec import lean
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import emit_json
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
 from babelspec.target import load_target
@@ -210,10 +209,7 @@ def main() -> None:
         "verification_rows_equal_decode_rows": rows_equal,
         "output_head_ms": {**head_ms, "product_over_read": round(head_ms["product"] / head_ms["read"], 3)},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        write_text_atomic(args.output, text + "\n")
+    emit_json(result, args.output, indent=2)
 
 
 if __name__ == "__main__":

@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import torch
 
 from babelspec import lean
 from babelspec.bench.quant import QUANT_LANGS, QuantBenchConfig, quant_bench
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import emit_json
 
 
 def quantize_int4(weight: torch.Tensor, group: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,10 +88,7 @@ def main() -> None:
             "execution": result["execution"]}  # fmt: skip
     out = {"benchmark": "int4_drafter", "langs": list(QUANT_LANGS), "prompts_per_lang": args.prompts_per_lang,
            "mode": "sample", "gamma": cfg.gamma, "runs": runs}  # fmt: skip
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.output:
-        write_text_atomic(Path(args.output), text + "\n")
+    emit_json(out, args.output)
 
 
 if __name__ == "__main__":

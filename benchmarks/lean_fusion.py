@@ -16,14 +16,13 @@ babelspec's own plain decoding (``bench equivalence``), with the merges on and o
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import emit_json
 from babelspec.lean import lean_forward
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
@@ -78,10 +77,8 @@ def main() -> None:
     out["median_speedup"] = round(statistics.median(c["speedup"] for c in out["cells"].values()), 3)
     if args.agreement_prompts:
         out["agreement"] = _agreement(target, args)
-    text = json.dumps(out, indent=2)
-    print(text)
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.output, text + "\n")
+    emit_json(out, args.output, indent=2)
 
 
 def _agreement(target, args) -> dict:

@@ -26,15 +26,13 @@ in a forward), the head on its own; medians of rounds where the routes alternate
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from babelspec import lean
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import emit_json
 from babelspec.machine import cpu_flags, execution_info
 
 LAYER_SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))
@@ -142,10 +140,7 @@ def main() -> None:
         out["kernel_rows_equal_one_row"] = all(
             torch.equal(block[i], kernel.product(x[i : i + 1].contiguous(), head[:4096].contiguous())[0])
             for i in range(16))  # fmt: skip
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.output:
-        write_text_atomic(Path(args.output), text + "\n")
+    emit_json(out, args.output)
 
 
 def _w8a8(weight: torch.Tensor):

@@ -16,9 +16,7 @@ the same GGUF (its Q4_K_M weights under 8-bit activations), the quality the peer
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
 import torch
 
@@ -28,7 +26,7 @@ from babelspec.bench.llamacpp import open_llama_cpp
 from babelspec.bench.tree import flores_prompts, real_root
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
-from babelspec.fileio import write_text_atomic
+from babelspec.fileio import emit_json
 from babelspec.lean import quantize_w8a8
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
@@ -88,10 +86,7 @@ def main() -> None:
     out = {"benchmark": "w8a8_target", "alpha": args.alpha, "keep": list(keep), "head_rows": args.head_rows, "execution": execution_info(base),
            "threads": torch.get_num_threads(), "all": summary(runs),
            "per_lang": {lang: summary([r for r in runs if r["lang"] == lang]) for lang in LANGS}, "runs": runs}  # fmt: skip
-    text = json.dumps(out, indent=1)
-    print(text)
-    if args.output:
-        write_text_atomic(Path(args.output), text + "\n")
+    emit_json(out, args.output)
 
 
 if __name__ == "__main__":

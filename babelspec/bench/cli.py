@@ -13,12 +13,9 @@ bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args
 
 def _emit(result: dict, output: str | None) -> None:
     """Print ``result`` as JSON, and write it to ``output`` too when given."""
-    text = json.dumps(result, indent=1, ensure_ascii=False)
-    if output:
-        from babelspec.fileio import write_text_atomic
+    from babelspec.fileio import emit_json
 
-        write_text_atomic(output, text + "\n")
-    typer.echo(text)
+    emit_json(result, output)
 
 
 @bench_app.command("engine")

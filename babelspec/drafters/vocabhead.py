@@ -2,12 +2,11 @@
 
 In Gemma-3-270M the 262,144 x 640 output matrix is ~170M of the 270M parameters, so on a CPU
 (memory-bound) it is most of a forward's cost. The draft keeps only the rows of tokens that
-occur in the language's monolingual train corpus (tokenised with the target's tokenizer),
-the most frequent English source tokens (``drafters.vocab``) and those of the prompt, and
-scores nothing else: its distribution is exactly zero outside
-that set, renormalised on it, and handed to the verifier as sparse rows in full-vocabulary
-ids. Verification stays lossless because the engine judges tokens by the draft probabilities
-they were actually drawn from.
+occur in the language's monolingual train corpus (tokenised with the target's tokenizer), the
+most frequent English source tokens (``drafters.vocab``) and those of the prompt, and scores
+nothing else: its distribution is exactly zero outside that set, renormalised on it, and handed
+to the verifier as sparse rows in full-vocabulary ids. Verification stays lossless because the
+engine judges tokens by the draft probabilities they were actually drawn from.
 
 * ``head:LANG`` -- the target's full stack of layers under the restricted head;
 * ``self:K@LANG`` -- its first K layers (``self:K``) under the restricted head;
