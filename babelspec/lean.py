@@ -23,6 +23,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from babelspec.native import Glue, glue
+
 FORWARDS = ("lean", "hf")
 FORWARD_ENV = "BABELSPEC_FORWARD"  # "hf" turns the lean forward off everywhere
 
@@ -516,6 +518,13 @@ class LeanGemma3:
         weight = body.embed_tokens.weight
         self.keys_t = weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
         self.dtype, self.device = weight.dtype, weight.device
+        self.cache_dtype = self.dtype
+        # the int8 drafter (its own model: no bits to keep equal to the target's) also attends in
+        # float32 over a float32 cache: oneDNN's bf16 products pay 50-80 µs for each new context
+        # length, MKL's float32 ones 17 µs (``benchmarks/native_glue.py``)
+        self.glue: Glue | None = None
+        if quantize == "int8" and self.dtype == torch.bfloat16 and self.device.type == "cpu":
+            self.glue, self.cache_dtype = glue(), torch.float32
         self._batch_rows: dict[int, int] = {}
         self.quantize = quantize
         self.layers = []
@@ -538,11 +547,29 @@ class LeanGemma3:
                 norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
             if self.layers[-1].qkv.fused:
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
+        # bf16 blocks of up to MERGE_MAX_TOKENS rows (with the merges, which ``fuse`` turns off):
+        # the norms, residual adds and the queries' and keys' rotation in C (``native``), row by
+        # row, so a verification row still rounds as a decode row (``benchmarks/native_glue.py``)
+        if (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+                and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
+            self.glue = glue()
+
+    def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
+        """A copy of another forward's cached layer (a self-drafter starts from the target's
+        cache) in this forward's cache dtype and key layout."""
+        length, capacity = layer.length, layer.values.shape[2]
+        keys = layer.keys[..., :length].transpose(2, 3) if layer.keys_t else layer.keys[:, :, :length]
+        shape = (1, self.kv_heads, capacity, self.head_dim)
+        out = LeanLayerCache(torch.empty((1, self.kv_heads, self.head_dim, capacity) if self.keys_t else shape,
+                                         dtype=self.cache_dtype, device=self.device),
+                             torch.empty(shape, dtype=self.cache_dtype, device=self.device), self.keys_t)  # fmt: skip
+        out.append(keys, layer.values[:, :, :length])
+        return out
 
     def new_cache(self) -> LeanCache:
         shape = (1, self.kv_heads, self.capacity, self.head_dim)
         key_shape = (1, self.kv_heads, self.head_dim, self.capacity) if self.keys_t else shape
-        empty = lambda s: torch.empty(s, dtype=self.dtype, device=self.device)  # noqa: E731
+        empty = lambda s: torch.empty(s, dtype=self.cache_dtype, device=self.device)  # noqa: E731
         return LeanCache([LeanLayerCache(empty(key_shape), empty(shape), self.keys_t) for _ in self.layers])
 
     @torch.inference_mode()
@@ -570,6 +597,9 @@ class LeanGemma3:
         if len(blocks) > 1:
             rope = {kind: tuple(torch.cat([p.rope[kind][i] for p in preps], 1) for i in range(2))
                     for kind in preps[0].rope}  # fmt: skip
+        glued = self.glue is not None and merge
+        if glued:
+            return self._finish(blocks, self._glued_layers(x, preps, rope))
         for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
             residual = x
             h = _rms(x, *layer.norms["input_layernorm"])
@@ -580,7 +610,25 @@ class LeanGemma3:
             gate, up = layer.gate_up(h, merge)
             h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
             x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
-        x = _rms(x, *self.final_norm)
+        return self._finish(blocks, _rms(x, *self.final_norm))
+
+    def _glued_layers(self, x: torch.Tensor, preps: list[_Prepared], rope: Any) -> torch.Tensor:
+        """The decoder stack with the glue between products in C (``native``): one call for each
+        norm-and-residual pair, the GELU product, and the queries' and keys' norm and rotation."""
+        glue = self.glue
+        h = glue.rms(x, *self.layers[0].norms["input_layernorm"])
+        last = len(self.layers) - 1
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
+            h = self._attention(h, layer, kind, index, preps, True, rope)
+            x, h = glue.add_rms(x, h, layer.norms["post_attention_layernorm"], layer.norms["pre_feedforward_layernorm"])
+            gate, up = layer.gate_up.stacked(h).chunk(2, dim=-1)
+            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
+            x, h = glue.add_rms(x, h, layer.norms["post_feedforward_layernorm"], after)
+        return h
+
+    def _finish(self, blocks: list[Block], x: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's logits from the final normed hidden states ``x`` of all blocks' rows."""
         if len(blocks) == 1:
             keep = blocks[0].logits_to_keep
             if keep == CACHE_ONLY:  # a prefill: the 262k-column head is a sixth of its time
@@ -676,8 +724,11 @@ class LeanGemma3:
             # are normed and rotated together (per row the same arithmetic as apart, bit for bit:
             # tests/test_models_lean.py), which halves the small ops of this part of the layer
             columns = (self.heads + self.kv_heads) * self.head_dim
-            qk = _rms(qkv[..., :columns].reshape(shape).transpose(1, 2), *layer.qk_norm)
-            qk = qk * cos + _rotate_half(qk) * sin
+            if self.glue is not None:
+                qk = self.glue.qk_rope(qkv, self.heads + self.kv_heads, self.head_dim, *layer.qk_norm, *rope)
+            else:
+                qk = _rms(qkv[..., :columns].reshape(shape).transpose(1, 2), *layer.qk_norm)
+                qk = qk * cos + _rotate_half(qk) * sin
             q, k = qk[:, : self.heads], qk[:, self.heads :]
             v = qkv[..., columns:].reshape(shape).transpose(1, 2)
         else:
@@ -693,6 +744,7 @@ class LeanGemma3:
         """One block's attention on its cache, before the output product."""
         n = q.shape[2]
         keys, values = layer_cache.append(k, v)
+        q = q.to(keys.dtype)  # a float32 cache (the int8 drafter's) attends in float32
         groups, length = self.heads // self.kv_heads, values.shape[2]
         keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
@@ -719,7 +771,7 @@ class LeanGemma3:
             out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
         else:
             out = torch.matmul(weights, values)
-        return out.transpose(1, 2).contiguous().reshape(1, n, -1)
+        return out.transpose(1, 2).contiguous().reshape(1, n, -1).to(self.dtype)
 
     def _masks(self, past: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[bool, Any]:
         """Additive masks {sliding: mask or None} for n queries after ``past`` cached tokens."""

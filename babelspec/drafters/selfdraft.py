@@ -116,7 +116,11 @@ class SelfDrafter(ModelDrafter):
             self.ids = list(context_ids)
             self.drafted = []
             self.lm.reset()
-            self.lm.cache.layers = [copy.deepcopy(layer) for layer in target.cache.layers[: self.n_shared]]
+            shared = target.cache.layers[: self.n_shared]
+            if self.lm.lean is not None:  # in the drafter's cache dtype and layout (the int8 one's differ)
+                self.lm.cache.layers = [self.lm.lean.cache_like(layer) for layer in shared]
+            else:
+                self.lm.cache.layers = [copy.deepcopy(layer) for layer in shared]
             self.lm.cached_len = target.cached_len
             self.lm.timer.reset()
         else:

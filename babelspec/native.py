@@ -1,0 +1,126 @@
+"""Row-wise glue for the lean forward's bf16 blocks, in C: one call where the eager forward runs
+8-20 small torch operations (an RMSNorm alone is eight: cast, square, mean, add, rsqrt, two
+products, cast back).
+
+A bf16 decode step of Gemma-3-270M runs some 1,300 such operations at 3-6 µs each, most of a
+drafter's step beside its products. ``torch.compile`` removes the operations but not the cost
+of a call: a compiled norm-and-residual region costs 28 µs a call against 32 µs eager, and this
+C version 5 µs (``benchmarks/native_glue.py``). The functions (``native.c``) are plain C on
+raw bf16 buffers, built once per source with the system's C compiler into the user cache
+(``models.cache_dir``) and loaded with ``ctypes``: no torch headers, a build of about a
+second, no instructions beyond the compiler's default target, so the same file runs on any
+x86-64 CPU. Where no compiler is found (or ``BABELSPEC_NATIVE=0``), ``glue()`` is None and the
+forward keeps the torch operations.
+
+Each function treats every row alike, so a row gets the same bits alone as in a block; they
+round to bf16 where the torch operations round, but sum in their own order, so a value can
+differ from the composite operations' in its last bit.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+from babelspec.models import cache_dir
+
+NATIVE_ENV = "BABELSPEC_NATIVE"  # "0" keeps the torch operations
+SOURCE = Path(__file__).with_name("native.c")
+_P, _L, _F = ctypes.c_void_p, ctypes.c_long, ctypes.c_float
+SIGNATURES = {
+    "bs_rms": [_L, _L, _P, _L, _P, _F, _P],
+    "bs_add_rms": [_L, _L, _P, _P, _P, _F, _P, _F, _P, _P],
+    "bs_qk_rope": [_L, _L, _L, _P, _L, _P, _F, _P, _P, _P],
+}
+
+
+def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
+    """Compile ``source`` into a shared library named by its content's hash (kept: a second call
+    finds it), written under a temporary name and renamed, so a crash leaves no partial file."""
+    text = source.read_bytes()
+    out_dir = out_dir or cache_dir() / "native"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{source.stem}-{hashlib.sha256(text).hexdigest()[:16]}.so"
+    if path.exists():
+        return path
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set CC, or install gcc)")
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", tmp, str(source), "-lm"],
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} failed on {source.name}: {done.stderr.strip()[-2000:]}")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+class Glue:
+    """The C functions over torch tensors: bf16, contiguous rows, on the CPU (``usable``)."""
+
+    def __init__(self, library: Path) -> None:
+        self.lib = ctypes.CDLL(str(library))
+        for name, argtypes in SIGNATURES.items():
+            function = getattr(self.lib, name)
+            function.argtypes, function.restype = argtypes, None
+        self._rms, self._add_rms = self.lib.bs_rms, self.lib.bs_add_rms
+        self._qk_rope = self.lib.bs_qk_rope
+
+    @staticmethod
+    def usable(x: torch.Tensor) -> bool:
+        return x.dtype == torch.bfloat16 and x.device.type == "cpu"
+
+    def rms(self, x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+        """Gemma-3's RMSNorm of each row of ``x`` [..., n] (``scale`` = 1 + weight, float32)."""
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        n = x.shape[-1]
+        self._rms(x.numel() // n, n, x.data_ptr(), n, scale.data_ptr(), eps, out.data_ptr())
+        return out
+
+    def add_rms(self, residual: torch.Tensor, h: torch.Tensor, norm: tuple[torch.Tensor, float],
+                next_norm: tuple[torch.Tensor, float]) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """(x, y): x = residual + rms(h) under ``norm``, y = rms(x) under ``next_norm``."""
+        residual, h = residual.contiguous(), h.contiguous()
+        x, y = torch.empty_like(h), torch.empty_like(h)
+        n = h.shape[-1]
+        self._add_rms(h.numel() // n, n, residual.data_ptr(), h.data_ptr(), norm[0].data_ptr(), norm[1],
+                      next_norm[0].data_ptr(), next_norm[1], x.data_ptr(), y.data_ptr())  # fmt: skip
+        return x, y
+
+    def qk_rope(self, qkv: torch.Tensor, heads: int, dim: int, scale: torch.Tensor, eps: float,
+                cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """[1, heads, rows, dim]: the first ``heads`` heads of each row of ``qkv`` [1, rows, width]
+        (queries, then keys), each normed under its ``scale`` row and rotated by ``cos``/``sin``
+        [1, rows, dim]."""
+        qkv, cos, sin = qkv.contiguous(), cos.contiguous(), sin.contiguous()
+        rows = qkv.shape[1]
+        out = qkv.new_empty(1, heads, rows, dim)
+        self._qk_rope(rows, heads, dim, qkv.data_ptr(), qkv.shape[-1], scale.data_ptr(), eps, cos.data_ptr(),
+                      sin.data_ptr(), out.data_ptr())  # fmt: skip
+        return out
+
+
+@lru_cache(maxsize=1)
+def glue() -> Glue | None:
+    """The built glue, or None: ``BABELSPEC_NATIVE=0``, or no compiler (the torch operations then
+    run; nothing else changes)."""
+    if os.environ.get(NATIVE_ENV, "1").strip() == "0":
+        return None
+    try:
+        return Glue(build())
+    except (RuntimeError, OSError):
+        return None
