@@ -24,13 +24,15 @@ static inline bf16 to_bf(float f) {
     return (bf16)(u >> 16);
 }
 
+/* 1 / sqrt(mean(x^2) + eps), the squares summed in double (torch sums float32 in its own
+ * order; a double sum is nearer the exact one than either float32 order) */
 static inline float inv_rms(const bf16 *x, long n, float eps) {
-    float sum = 0.0f;
+    double sum = 0.0;
     for (long i = 0; i < n; i++) {
         float v = to_f(x[i]);
-        sum += v * v;
+        sum += (double)(v * v);
     }
-    return 1.0f / sqrtf(sum / (float)n + eps);
+    return 1.0f / sqrtf((float)(sum / (double)n) + eps);
 }
 
 /* out = bf16(x * rsqrt(mean(x^2) + eps) * scale): Gemma-3's RMSNorm, scale = 1 + weight. */
