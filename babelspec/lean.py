@@ -7,7 +7,9 @@ and module hooks. This forward does the same arithmetic, op for op (the RMSNorm,
 attention and MLP of ``transformers.models.gemma3``), with a preallocated key/value cache that
 a rollback crops by setting its length. In bf16 its decode and verification blocks also merge
 products (``Linears``, and the grouped attention in ``_attention``), which can change the last
-bits of their logits in rare shapes (``MERGE_MAX_TOKENS``); ``fuse=False`` turns the merges off.
+bits of their logits in rare shapes (``MERGE_MAX_TOKENS``), and run the norms, residual adds and
+the queries' and keys' rotation between the products in C (``babelspec.native``), row by row;
+``fuse=False`` turns both off.
 It covers what the speculative loop needs (batch 1, a block of new tokens after the cached
 ones); anything else (training, batches, other families) goes through the Hugging Face forward.
 """
@@ -162,6 +164,37 @@ def _can_pack(weight: torch.Tensor) -> bool:
     return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and weight.dim() == 2
             and torch.backends.mkldnn.is_available()
             and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
+
+
+_ATTENTION_PROBES: dict[tuple[int, int], bool] = {}  # (query heads per key head, head_dim) -> agree
+
+
+def float32_attention_rows_agree(groups: int, head_dim: int) -> bool:
+    """Whether float32 attention products (``_attend``'s grouped rows: a block's query heads of
+    one key/value head as rows of one product) give every row of a 2-16-token block the bits of
+    the same query alone, on random rows over context lengths 1-1,500: MKL picks its kernels by
+    shape, so the blocks' products are checked against one-token ones once per process. On this
+    project's Xeon none of 1,165 block/length pairs differed in float32, 27 in oneDNN's bf16."""
+    key = (groups, head_dim)
+    if key not in _ATTENTION_PROBES:
+        g = torch.Generator().manual_seed(0)
+        agree = True
+        for length in (1, 2, 3, 5, 8, 13, 31, 64, 97, 128, 255, 300, 511, 700, 1023, 1500):
+            keys_t = torch.randn(1, 1, head_dim, length, generator=g)
+            values = torch.randn(1, 1, length, head_dim, generator=g)
+            q = torch.randn(1, 1, groups * 16, head_dim, generator=g)
+            w = torch.randn(1, 1, groups * 16, length, generator=g).softmax(-1)
+            alone = [(torch.matmul(q[:, :, groups * i : groups * (i + 1)], keys_t),
+                      torch.matmul(w[:, :, groups * i : groups * (i + 1)], values)) for i in range(16)]  # fmt: skip
+            for n in range(2, 17):
+                scores, out = torch.matmul(q[:, :, : groups * n], keys_t), torch.matmul(w[:, :, : groups * n], values)
+                agree = agree and all(torch.equal(scores[:, :, groups * i : groups * (i + 1)], alone[i][0])
+                                      and torch.equal(out[:, :, groups * i : groups * (i + 1)], alone[i][1])
+                                      for i in range(n))  # fmt: skip
+            if not agree:
+                break
+        _ATTENTION_PROBES[key] = agree
+    return _ATTENTION_PROBES[key]
 
 
 # One packed copy per weight (or stack of weights) while any lean forward uses it (a self-drafter
@@ -553,6 +586,24 @@ class LeanGemma3:
         if (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
                 and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
             self.glue = glue()
+            # and attention in float32 over a float32 cache where MKL's float32 products give a
+            # block's rows a decode step's bits (``float32_attention_rows_agree``): oneDNN's bf16
+            # products pay 50-80 µs for each context length they have not seen, 2.5 ms of a
+            # 29 ms decode step (``benchmarks/native_glue.py``). The prefill still attends in
+            # bf16, on the cache's values cast back (exactly), as Hugging Face does
+            groups = self.heads // self.kv_heads
+            if self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
+                self.cache_dtype = torch.float32
+        self._native = (self.glue, self.cache_dtype)
+
+    def set_native(self, on: bool) -> None:
+        """Turn the C glue and float32 attention off (``on=False``: the torch operations and a
+        bf16 cache, as Hugging Face computes; for comparisons), or back on where they apply.
+        Caches made before the change keep their dtype, so make new ones."""
+        if not on:
+            self.glue, self.cache_dtype = None, self.dtype
+        else:
+            self.glue, self.cache_dtype = self._native
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's
@@ -744,12 +795,16 @@ class LeanGemma3:
         """One block's attention on its cache, before the output product."""
         n = q.shape[2]
         keys, values = layer_cache.append(k, v)
-        q = q.to(keys.dtype)  # a float32 cache (the int8 drafter's) attends in float32
         groups, length = self.heads // self.kv_heads, values.shape[2]
-        keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
         # instead of copying the keys and values once per query head (repeat_kv, as transformers)
         rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS else None
+        if keys.dtype != q.dtype:  # a float32 cache: blocks attend in float32, a prefill as HF does
+            if rows is not None or self.quantize == "int8":
+                q = q.to(keys.dtype)
+            else:
+                keys, values = keys.to(q.dtype), values.to(q.dtype)
+        keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]
         if rows is not None:
             weights = torch.matmul(q.reshape(*rows, self.head_dim), keys_t).view(1, self.heads, n, length)
         else:

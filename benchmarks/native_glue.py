@@ -6,7 +6,7 @@ rounds (round 0 warms up and is dropped):
 * one norm-and-residual region of a layer ([1, 1, 640] bf16: residual + RMSNorm(h), then the
   next RMSNorm) as the eager torch operations, under ``torch.compile`` and as the C call;
 * the bf16 target's forward, a decode step (1 token) and verification blocks, after a short and a
-  long context, glue on and off;
+  long context: glue and float32 attention (the default), glue with bf16 attention, neither;
 * the int8 self-drafter's one-token step (``int8:LANG``'s forward), with its glue and float32
   attention, and without either (its bf16 cache, as the target's).
 
@@ -71,7 +71,8 @@ def forward_cells(target, c_glue, blocks, contexts, rounds, lang) -> dict:
     drafter = lean_forward(RestrictedHeadLM(target.model, torch.as_tensor(language_token_ids(lang, target.tokenizer)),
                                             quantize="int8"), quantize="int8")  # fmt: skip
     settings = {("target", "on"): (lean, c_glue, lean.cache_dtype, lean.keys_t),
-                ("target", "off"): (lean, None, lean.cache_dtype, lean.keys_t),
+                ("target", "glue_bf16_attention"): (lean, c_glue, torch.bfloat16, lean.keys_t),
+                ("target", "off"): (lean, None, torch.bfloat16, lean.keys_t),
                 ("int8", "on"): (drafter, c_glue, torch.float32, drafter.keys_t),
                 ("int8", "off"): (drafter, None, torch.bfloat16, True)}  # fmt: skip
 
@@ -103,14 +104,16 @@ def forward_cells(target, c_glue, blocks, contexts, rounds, lang) -> dict:
     use(("target", "on"))
     use(("int8", "on"))
     out = {}
-    for (model, _), context, b in cells:
-        if _ == "off":
+    for (model, setting), context, b in cells:
+        if setting != "on":
             continue
-        on = statistics.median(times[((model, "on"), context, b)]) * 1e3
-        off = statistics.median(times[((model, "off"), context, b)]) * 1e3
+        ms = {s: statistics.median(times[((model, s), context, b)]) * 1e3 for m, s in settings if m == model}
         name = "target" if model == "target" else f"int8:{lang} drafter"
-        out[f"{name}, context {context}, {b} tokens"] = {"glue_ms": round(on, 2), "torch_ops_ms": round(off, 2),
-                                                         "speedup": round(off / on, 3)}  # fmt: skip
+        cell = {"glue_ms": round(ms["on"], 2), "torch_ops_ms": round(ms["off"], 2),
+                "speedup": round(ms["off"] / ms["on"], 3)}  # fmt: skip
+        if "glue_bf16_attention" in ms:
+            cell["glue_bf16_attention_ms"] = round(ms["glue_bf16_attention"], 2)
+        out[f"{name}, context {context}, {b} tokens"] = cell
     return out
 
 
@@ -121,14 +124,16 @@ def agreement(target, c_glue, prompts_per_lang, drafters, max_new_tokens) -> dic
     prompts = benchmark_prompts(target.tokenizer, list(DEFAULT_LANGS), prompts_per_lang, "translation")
     out = {"prompts": len(prompts), "drafters": drafters, "max_new_tokens": max_new_tokens}
     try:
-        for name, g in (("glue", c_glue), ("torch_ops", None)):
-            target.lean.glue = g
+        for name, on in (("glue", True), ("torch_ops", False)):
+            target.lean.set_native(on)
+            target.reset()
             report = equivalence(target, prompts, drafters, max_new_tokens=max_new_tokens)
             out[name] = {"agreement_rate": round(report.agreement_rate, 3),
                          "agreement_with_plain": round(report.agreement_with_plain, 3),
                          "compared": report.compared, "mismatches": len(report.mismatches)}  # fmt: skip
     finally:
-        target.lean.glue = c_glue
+        target.lean.set_native(True)
+        target.reset()
     return out
 
 

@@ -30,11 +30,11 @@ def _eager(model):
 
 def _both(model, schedule, seed: int = 0, fuse: bool = True, glue: bool = True):
     """Logits of HF's forward and of the lean one over ``schedule``, pairwise; ``glue=False``
-    keeps the torch operations between the products (``babelspec.native``)."""
+    keeps the torch operations between the products and bf16 attention (``set_native``)."""
     lean = lean_forward(model, fuse=fuse)
     assert lean is not None
     if not glue:
-        lean.glue = None
+        lean.set_native(False)
     lean.capacity = 4  # grow the buffers several times on the way
     lean_cache = lean.new_cache()
     hf_cache = DynamicCache(config=model.config)
@@ -72,7 +72,8 @@ def test_lean_logits_equal_hf_bit_for_bit(dtype, seed):
 def _merged_and_apart(model, schedule, seed: int = 0):
     """Logits of the lean forward with the q/k norm merge and without it, pairwise."""
     merged, apart = lean_forward(model), lean_forward(model)
-    merged.glue = apart.glue = None  # the torch operations on both sides: the merge alone
+    merged.set_native(False)  # the torch operations on both sides: the merge alone
+    apart.set_native(False)
     assert all(layer.qk_norm is not None for layer in merged.layers)
     for layer in apart.layers:
         layer.qk_norm = None
