@@ -16,6 +16,7 @@ ones); anything else (training, batches, other families) goes through the Huggin
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections.abc import Callable
@@ -157,13 +158,27 @@ class LeanCache:
             layer.length = keep
 
 
+@functools.cache
+def onednn_packs_bf16() -> bool:
+    """Whether oneDNN prepacks bf16 weights on this CPU: it needs AVX-512 (BW, VL, DQ) or
+    AVX-NE-CONVERT, and refuses an AVX2-only CPU (an AMD Zen 3, say) at the first product.
+    Probed once on a small weight, so such a CPU takes ``F.linear`` instead of failing."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return False
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16, dtype=torch.bfloat16), None)
+        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 16, dtype=torch.bfloat16), packed, None, "none", [], "")
+    except RuntimeError:
+        return False
+    return True
+
+
 def _can_pack(weight: torch.Tensor) -> bool:
     """bf16 on the CPU with oneDNN: a prepacked weight is what ``F.linear`` computes with, bit
     for bit, without re-laying the weight out on every call (``bench forward``: the 262k-row
     output projection 48 -> 32 ms at 1-8 rows on this project's 2-core Xeon)."""
     return (weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and weight.dim() == 2
-            and torch.backends.mkldnn.is_available()
-            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))  # fmt: skip
+            and onednn_packs_bf16())  # fmt: skip
 
 
 _ATTENTION_PROBES: dict[tuple[int, int], bool] = {}  # (query heads per key head, head_dim) -> agree
@@ -373,6 +388,21 @@ def w8a8_available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
+@functools.cache
+def w8a8_activation_levels() -> int:
+    """The largest magnitude W8A8 gives an activation: 127 where oneDNN's unsigned-by-signed int8
+    sums are exact, 63 where they are not. Without VNNI (an AVX2-only CPU) oneDNN adds pairs of
+    products in saturating 16-bit integers (``vpmaddubsw``), so 8-bit activations lose whole
+    sums (on a Zen 3 the test product erred by 4.7 % instead of 0.5 %); 7-bit ones cannot
+    overflow, PyTorch's own ``reduce_range``. Probed once with the largest operands."""
+    weight = torch.full((1, 64), 127, dtype=torch.int8)
+    packed = torch.ops.onednn.qlinear_prepack(weight, [1, 64])
+    x = torch.full((1, 64), 255, dtype=torch.uint8)  # 127 above the zero point 128
+    out = torch.ops.onednn.qlinear_pointwise(x, 1.0, 128, packed, torch.ones(1), torch.zeros(1, dtype=torch.long),
+                                             None, 1.0, 0, torch.float32, "none", [], "")  # fmt: skip
+    return 127 if float(out[0, 0]) == 127 * 127 * 64 else 63
+
+
 class W8A8Linear(_StackedProduct):
     """``x @ weight.T`` on int8 weights and int8 activations (W8A8): oneDNN's quantized product
     (``qlinear_pointwise``), exact int32 sums under one scale per weight row and one per
@@ -400,9 +430,10 @@ class W8A8Linear(_StackedProduct):
 
     def stacked(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1]).float() * self.smooth
-        scale = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 127.0
-        quantized = (torch.round(flat / scale) + 128).to(torch.uint8)  # unsigned, zero point 128
-        out = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, 128, self.packed, self.scales, self.zeros, None,
+        levels = w8a8_activation_levels()
+        scale = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / levels
+        quantized = (torch.round(flat / scale) + levels + 1).to(torch.uint8)  # unsigned, zero point levels + 1
+        out = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, levels + 1, self.packed, self.scales, self.zeros, None,
                                                  1.0, 0, torch.float32, "none", [], "")  # fmt: skip
         return (out * scale).to(self.dtype).view(*x.shape[:-1], -1)
 

@@ -15,7 +15,7 @@ from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3
 from babelspec.bench.agreement import greedy_agreement, teacher_forced_agreement
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
-from babelspec.lean import W8A8Linear, quantize_w8a8, w8a8_available
+from babelspec.lean import W8A8Linear, quantize_w8a8, w8a8_activation_levels, w8a8_available
 from babelspec.machine import describe, execution_info
 from babelspec.sampling import SamplingConfig
 from babelspec.target import PRECISIONS, Target, calibration_texts, load_target
@@ -41,6 +41,23 @@ class _Lean:
 
     def __call__(self, ids: torch.Tensor) -> SimpleNamespace:
         return SimpleNamespace(logits=self.lean.forward(ids, self.lean.new_cache()).float()[None])
+
+
+def test_w8a8_integer_sums_are_exact_at_the_activation_range_it_chose() -> None:
+    """The probed activation range never overflows oneDNN's sums on this CPU: products of the
+    largest operands, and of random ones, equal the integer product computed exactly."""
+    levels = w8a8_activation_levels()
+    assert levels in (63, 127)
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randint(-127, 128, (32, 256), generator=g, dtype=torch.int8)
+    weight[0] = 127
+    x = torch.randint(-levels, levels + 1, (5, 256), generator=g)
+    x[0] = levels
+    packed = torch.ops.onednn.qlinear_prepack(weight, [1, 256])
+    out = torch.ops.onednn.qlinear_pointwise((x + levels + 1).to(torch.uint8), 1.0, levels + 1, packed,
+                                             torch.ones(32), torch.zeros(32, dtype=torch.long), None, 1.0, 0,
+                                             torch.float32, "none", [], "")  # fmt: skip
+    assert torch.equal(out.double(), (x.long() @ weight.long().T).double())
 
 
 def test_w8a8_product_is_close_to_the_float_product_and_its_rows_do_not_depend_on_the_block() -> None:
@@ -104,7 +121,13 @@ def test_speculative_sampling_on_a_w8a8_target_follows_the_w8a8_distribution() -
         proposed, accepted = proposed + result.proposed, accepted + result.accepted
     assert 0 < accepted < proposed
     assert chi_square_pvalue(counts, exact) > 1e-3
-    assert chi_square_pvalue(counts, bf16) < 1e-9  # the same samples tell the bf16 model's apart
+    # the same samples tell apart a distribution that differs: the bf16 model's where W8A8 moved
+    # it far enough for 2,500 samples to see (on the Xeon with VNNI; 7-bit activations on an
+    # AVX2-only CPU keep closer to it), and always the W8A8 model's own at another temperature
+    if 0.5 * float((exact - bf16).abs().sum()) > 0.05:
+        assert chi_square_pvalue(counts, bf16) < 1e-9
+    hotter = exact_pair_distribution(_Lean(target.lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
+    assert chi_square_pvalue(counts, hotter) < 1e-9
 
 
 def test_w8a8_refuses_what_it_cannot_quantize(tmp_path) -> None:
