@@ -167,7 +167,7 @@ def onednn_packs_bf16() -> bool:
         return False
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16, dtype=torch.bfloat16), None)
-        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 16, dtype=torch.bfloat16), packed, None, "none", [], "")
+        _packed_product(torch.ones(2, 16, dtype=torch.bfloat16), packed, pad_row=False)
     except RuntimeError:
         return False
     return True

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import tiny_gemma3, tiny_qwen3
+from tiny import UNPACKED, tiny_gemma3, tiny_qwen3
 from transformers import DynamicCache
 
 from babelspec.drafters import make_drafter
@@ -18,8 +18,6 @@ from babelspec.machine import cpu_flags
 from babelspec.models import DEFAULT_TARGET
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target, load_target
-
-UNPACKED = "oneDNN does not prepack bf16 here (no oneDNN in this torch, or a CPU without AVX-512)"
 
 # (tokens forwarded, tokens cropped after): prefill, decodes, verified blocks, rollbacks
 SCHEDULE = [(5, 0), (1, 0), (4, 2), (1, 0), (3, 1), (9, 3), (1, 0), (1, 0), (6, 5), (2, 0), (1, 0)]

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from tiny import tiny_gemma3
+from tiny import UNPACKED, tiny_gemma3
 
 from babelspec import native
 from babelspec.lean import _rms, _rotate_half, lean_forward
@@ -91,7 +91,7 @@ def test_turned_off_the_forward_keeps_the_torch_operations(monkeypatch):
         native.glue.cache_clear()
     on = lean_forward(model)
     if not on.layers[0].qkv.fused:
-        pytest.skip("oneDNN does not prepack bf16 here (no oneDNN in this torch, or a CPU without AVX-512)")
+        pytest.skip(UNPACKED)
     assert (on.glue is not None) == (glue is not None)
     assert math.isfinite(on(torch.tensor([[1, 2, 3]]), on.new_cache()).float().sum().item())
     assert lean_forward(model, fuse=False).glue is None  # fuse=False: Hugging Face's operations
