@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from babelspec.bench.quant import spec_for
+from babelspec.bench.quant import setting_name, spec_for
 from babelspec.bench.tree import TreeBenchConfig, setting_table, tree_specs
 from babelspec.cli import app
 
@@ -45,6 +45,13 @@ def test_quant_specs_take_the_prompts_language() -> None:
     assert spec_for("self:6", "amh", bigram) == "self:6"
 
 
+def test_quant_settings_are_named_by_gamma_only_where_several_run() -> None:
+    assert setting_name("int8", 4, (4,)) == "int8"
+    assert [setting_name("int8", g, (3, 4)) for g in (3, 4)] == ["int8 γ=3", "int8 γ=4"]
+    # what int8 costs in α pairs each int8 setting with the head at its own γ
+    assert setting_name("int8", 3, (3, 4)).replace("int8", "head", 1) == setting_name("head", 3, (3, 4))
+
+
 def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() -> None:
     """Without ``tree=0`` a chain setting would be the drafter's default tree under greedy."""
     from babelspec.drafters.ngram import NgramDraftConfig, parse_spec
@@ -69,6 +76,8 @@ def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() ->
 @pytest.mark.parametrize("command,option,value,message", [
     ("quant", "--modes", "beam", "--modes takes greedy and/or sample"),
     ("quant", "--drafters", ",", "--drafters needs at least one drafter spec"),
+    ("quant", "--gammas", "3,x", "--gammas takes comma-separated integers"),
+    ("quant", "--gammas", "0", "--gammas takes counts of at least 1"),
     ("tree", "--budgets", "8,x", "--budgets takes comma-separated integers"),
     ("tree", "--branches", "2,x", "--branches takes comma-separated integers"),
     ("tree", "--recycle", "-1", "--recycle takes a count of candidates"),

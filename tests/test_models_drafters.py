@@ -146,9 +146,29 @@ def test_greedy_speculation_with_self_drafts_equals_plain_greedy(spec: str) -> N
         assert result.token_ids == plain
 
 
-def test_restricted_head_keeps_sampling_lossless() -> None:
+def test_restricted_head_scores_the_tokens_the_target_wrote_outside_it() -> None:
+    model = tiny_gemma3(vocab=64, layers=2)
+    keep = [0, 3, 4, 10]
+    drafter = _head_drafter(model, keep)
+    drafter.start([0, 3], SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
+    drafter.propose(2)
+    assert 50 not in drafter.head.index.tolist()
+    drafter.commit(0, 50)  # the target rejected the draft and wrote 50, which no row scored
+    assert 50 in drafter.head.index.tolist()
+    row = drafter.propose(1).probs.dense(64)[0]
+    assert row[50] > 0 and row.sum().item() == pytest.approx(1.0, abs=1e-5)
+    assert set(row.nonzero().squeeze(1).tolist()) <= {0, 3, 4, 10, 50}
+    drafter.commit(1, 3)  # a token the head scores already adds nothing
+    assert sorted(drafter.head.index.tolist()) == [0, 3, 4, 10, 50]
+    drafter.start([0, 3], SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
+    assert 50 not in drafter.head.index.tolist()  # a new generation starts from its prompt's rows
+
+
+@pytest.mark.parametrize("gamma", [2, 1])
+def test_restricted_head_keeps_sampling_lossless(gamma: int) -> None:
     # First two generated tokens: their empirical joint law must be the target's, although the
-    # draft puts zero mass on most of the vocabulary.
+    # draft puts zero mass on most of the vocabulary. At γ = 1 the second token is drafted after
+    # a commit, by a head that has taken the first token's row where the target wrote one outside.
     vocab = 16
     model = tiny_gemma3(vocab=vocab, layers=2, seed=3)
     target = Target(model)
@@ -163,7 +183,7 @@ def test_restricted_head_keeps_sampling_lossless() -> None:
     n = 1200
     for seed in range(n):
         cfg = SamplingConfig(temperature=1.0, seed=seed)
-        out = generate(target, drafter, prompt, gamma=2, max_new_tokens=2, sampling=cfg).token_ids
+        out = generate(target, drafter, prompt, gamma=gamma, max_new_tokens=2, sampling=cfg).token_ids
         counts[out[0], out[1]] += 1
     tv = 0.5 * (counts / n - exact).abs().sum().item()
     assert tv < 0.1, f"total variation {tv:.3f} between speculative samples and the target"

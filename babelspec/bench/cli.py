@@ -300,7 +300,8 @@ def bench_quant(
     langs: str = typer.Option("", help="Comma-separated language codes (default: amh,npi,yor,ibo,grn)."),
     prompts_per_lang: int = typer.Option(4, help="FLORES-200 test sentences per language."),
     max_new_tokens: int = typer.Option(48, help="Tokens generated per run."),
-    gamma: int = typer.Option(4, help="Tokens drafted per step."),
+    gammas: str = typer.Option("4", "--gammas", "--gamma", help="Tokens drafted per step; several (e.g. 2,3,4) run "
+                               "each drafter at each, side by side."),
     drafters: str = typer.Option("head,int8,int8:12@,bigram", help="Comma-separated drafter specs; 'head', 'int8' and "
                                  "'int8:K@' take each prompt's language, 'bigram' is the corpus bigram."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
@@ -319,7 +320,7 @@ def bench_quant(
     cfg = QuantBenchConfig(target=target, langs=_langs(langs, QUANT_LANGS),
                            prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                           gamma=_positive("--gamma", gamma), drafters=drafter_list, modes=mode_list,
+                           gammas=tuple(_counts("--gammas", gammas)), drafters=drafter_list, modes=mode_list,
                            data_root=data_root, dtype=dtype)  # fmt: skip
     try:
         result = quant_bench(cfg)

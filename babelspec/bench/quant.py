@@ -30,12 +30,17 @@ class QuantBenchConfig:
     langs: tuple[str, ...] = QUANT_LANGS
     prompts_per_lang: int = 4
     max_new_tokens: int = 48
-    gamma: int = 4
+    gammas: tuple[int, ...] = (4,)  # each drafter at each γ, side by side in the same rounds
     # "head" and "int8..." take each prompt's language; "bigram" is the corpus bigram as shipped
     drafters: tuple[str, ...] = ("head", "int8", "int8:12@", "bigram")
     modes: tuple[str, ...] = ("greedy", "sample")
     data_root: str = ""
     dtype: str = "auto"
+
+
+def setting_name(spec: str, gamma: int, gammas: tuple[int, ...]) -> str:
+    """The spec itself where one γ is run; ``"SPEC γ=G"`` where several are."""
+    return spec if len(gammas) == 1 else f"{spec} γ={gamma}"
 
 
 def spec_for(spec: str, lang: str, bigram: Path) -> str:
@@ -60,7 +65,9 @@ def quant_bench(cfg: QuantBenchConfig, progress: bool = True) -> dict[str, Any]:
     def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:
         settings = {"plain": (make_drafter("none", target), 1)}
         for spec in cfg.drafters:
-            settings[spec] = (make_drafter(spec_for(spec, lang, bigram), target, lang=lang), cfg.gamma)
+            drafter = make_drafter(spec_for(spec, lang, bigram), target, lang=lang)
+            for gamma in cfg.gammas:
+                settings[setting_name(spec, gamma, cfg.gammas)] = (drafter, gamma)
         return settings
 
     started = time.perf_counter()

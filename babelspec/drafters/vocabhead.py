@@ -35,6 +35,11 @@ from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
 
 
+# The most extra rows a generation adds to a restricted head (the prompt's tokens and those the
+# target writes outside the language's rows): 4,096 rows are 5 MB of bf16 per draft step.
+MAX_EXTRA = 4096
+
+
 class RestrictedHeadLM(torch.nn.Module):
     """A causal LM's decoder stack under an output head that scores only ``token_ids``.
 
@@ -83,6 +88,16 @@ class RestrictedHeadLM(torch.nn.Module):
         """``hidden @ weight.T``, in the weight's own dtype whatever ``quantize`` (the layers')."""
         return lambda hidden: torch.nn.functional.linear(hidden, weight)
 
+    def add_extra(self, token_ids: list[int]) -> bool:
+        """Also score these ids from now on, besides the extra ids already set; False (and no
+        change) where every one is scored already or ``MAX_EXTRA`` extra rows are reached."""
+        new = [t for t in set(token_ids) if int(self.column[t]) == self.n_columns]
+        extra = self.index[len(self.base_ids):].tolist()
+        if not new or len(extra) + len(new) > MAX_EXTRA:
+            return False
+        self.set_extra(extra + new)
+        return True
+
     @property
     def n_columns(self) -> int:
         return int(self.index.numel())
@@ -119,10 +134,22 @@ class VocabHeadDrafter(SelfDrafter):
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.head.set_extra(context_ids)
-        self._column_of = self.head.column.cpu().numpy()
-        self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
+        self._columns_changed()
         self._pad = torch.full((1, 1), float("-inf"))
         super().start(context_ids, sampling, generator)
+
+    def _columns_changed(self) -> None:
+        self._column_of = self.head.column.cpu().numpy()
+        self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        """As every drafter commits; and where the target wrote a token outside the head's rows
+        (a draft cannot propose it), the head scores that token from the next draft on. A
+        270M target's stories in a language it writes poorly stray into other scripts, and
+        the strays repeat."""
+        super().commit(n_accepted, next_token)
+        if self._column_of[next_token] == self.head.n_columns and self.head.add_extra([next_token]):
+            self._columns_changed()
 
     def next_probs(self, pending: list[int], sequence: np.ndarray, position: int) -> Probs:
         """One row over the kept columns, in full-vocabulary ids (zero outside them)."""
