@@ -34,7 +34,6 @@ from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
 
-
 # The most extra rows a generation adds to a restricted head (the prompt's tokens and those the
 # target writes outside the language's rows): 4,096 rows are 5 MB of bf16 per draft step.
 MAX_EXTRA = 4096
