@@ -11,6 +11,10 @@ bf16 target's own sampled translations of held-out FLORES-200 sentences (the pap
 * ``int8 forward, bf16 weights``: the same forward with each layer's products back on the bf16
   weights (``F.linear``), so that it differs from ``bf16`` only in how its products round.
 
+With ``--drop-sublayers`` it also drops each layer's attention and MLP from the int8 drafter in
+turn (their output products return zeros, so the residual passes the sublayer by), the TV to
+``bf16`` of each: what self-speculation by layer skipping would cost this model.
+
 It prints the mean TV per position (softmax at temperature 1, the distribution the paper's
 top-k/top-p then cuts) and top-1 agreement between pairs, per language, as JSON.
 
@@ -48,6 +52,19 @@ class Bf16Product(lean._StackedProduct):
         return torch.nn.functional.linear(x, self.weight)
 
 
+class Zero(lean._StackedProduct):
+    """A sublayer's output product returning zeros: Gemma-3's post-norm of zero is zero, so the
+    residual stream passes the sublayer by."""
+
+    __slots__ = ()
+
+    def __init__(self, like: lean._StackedProduct) -> None:
+        self.sizes, self.dtype = like.sizes, like.dtype
+
+    def stacked(self, x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros(*x.shape[:-1], sum(self.sizes))
+
+
 def decode_probs(drafter, sequence: list[int], continuation: int) -> torch.Tensor:
     """[continuation, columns]: the drafter's next-token distribution before each continuation
     token, the prompt prefilled and then one token per forward (a drafter's own steps)."""
@@ -73,6 +90,7 @@ def main() -> None:
     parser.add_argument("--prompts-per-lang", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--data-root", default="")
+    parser.add_argument("--drop-sublayers", action="store_true", help="also drop each sublayer in turn")
     parser.add_argument("-o", "--output")
     args = parser.parse_args()
     started = time.perf_counter()
@@ -94,6 +112,15 @@ def main() -> None:
         probs = {"float32": make_drafter(f"head:{lang}", exact, lang=lang),
                  "bf16": make_drafter(f"head:{lang}", target, lang=lang), "int8": int8}  # fmt: skip
         probs = {name: [decode_probs(d, s, n) for s, n in sequences] for name, d in probs.items()}
+        dropped = {}
+        if args.drop_sublayers:
+            for index, mine in enumerate(int8.lm.lean.layers):
+                for kind, part in (("attention", "o"), ("mlp", "down")):
+                    kept = getattr(mine, part)
+                    setattr(mine, part, Zero(kept))
+                    drop = [decode_probs(int8, s, n) for s, n in sequences]
+                    dropped[f"layer {index} {kind}"] = compare(drop, probs["bf16"])["tv"]
+                    setattr(mine, part, kept)
         for mine, layer in zip(int8.lm.lean.layers, layers, strict=True):
             for kind, weights in lean._weights(layer).items():
                 setattr(mine, kind, Bf16Product(weights))
@@ -101,6 +128,8 @@ def main() -> None:
         pairs = [("bf16", "float32"), ("int8", "float32"), ("int8", "bf16"), ("int8 forward, bf16 weights", "bf16")]
         out["langs"][lang] = {"positions": sum(n for _, n in sequences),
                               **{f"{a} vs {b}": compare(probs[a], probs[b]) for a, b in pairs}}  # fmt: skip
+        if dropped:
+            out["langs"][lang]["int8 without one sublayer vs bf16: tv"] = dropped
         print(lang, out["langs"][lang], flush=True)
     out["wall_seconds"] = round(time.perf_counter() - started, 1)
     emit_json(out, args.output)
