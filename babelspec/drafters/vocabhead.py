@@ -147,7 +147,8 @@ class VocabHeadDrafter(SelfDrafter):
         270M target's stories in a language it writes poorly stray into other scripts, and
         the strays repeat."""
         super().commit(n_accepted, next_token)
-        if self._column_of[next_token] == self.head.n_columns and self.head.add_extra([next_token]):
+        outside = next_token < len(self._column_of) and self._column_of[next_token] == self.head.n_columns
+        if outside and self.head.add_extra([next_token]):
             self._columns_changed()
 
     def next_probs(self, pending: list[int], sequence: np.ndarray, position: int) -> Probs:
