@@ -52,37 +52,39 @@ def main() -> None:
     out: dict = {"benchmark": "head_growth", "task": args.task, "prompts_per_lang": args.prompts_per_lang,
                  "max_new_tokens": args.max_new_tokens, "gamma": args.gamma, "threads": torch.get_num_threads(),
                  "execution": execution_info(target), "langs": {}}  # fmt: skip
-    for lang in args.langs.split(","):
-        prompts = task_prompts(args.task, lang, target.tokenizer, "test", args.prompts_per_lang)
-        rows = set(language_token_ids(lang, target.tokenizer).tolist())
-        result: dict = {}
-        outside = written = 0
-        for spec in args.drafters.split(","):
-            drafter = make_drafter(f"{spec}:{lang}", target, lang=lang)
-            for mode in ("fixed", "growing"):
-                VocabHeadDrafter.commit = SelfDrafter.commit if mode == "fixed" else growing
-                accepted = rejections = 0
-                ratios = []
-                for i, prompt in enumerate(prompts):
-                    sampling = SamplingConfig.paper(seed=i)
-                    ids = list(prompt.prompt_ids)
-                    order = [(drafter, args.gamma), (plain, 1)][:: 1 if i % 2 == 0 else -1]  # alternated per prompt
-                    runs = {d.name: generate(target, d, ids, gamma=g, max_new_tokens=args.max_new_tokens,
-                                             sampling=sampling, stop_strings=prompt.stop_strings) for d, g in order}
-                    spec_run, plain_run = runs[drafter.name], runs[plain.name]
-                    accepted += spec_run.accepted
-                    rejections += spec_run.rejections
-                    ratios.append(per_token(plain_run) / per_token(spec_run))
-                    if spec == args.drafters.split(",")[0] and mode == "fixed":
-                        known = rows | set(ids)
-                        outside += sum(t not in known for t in plain_run.token_ids)
-                        written += len(plain_run.token_ids)
-                result[f"{spec} {mode}"] = {"alpha": round(accepted / max(accepted + rejections, 1), 3),
-                                            "speedup": round(statistics.median(ratios), 3)}  # fmt: skip
+    try:
+        for lang in args.langs.split(","):
+            prompts = task_prompts(args.task, lang, target.tokenizer, "test", args.prompts_per_lang)
+            rows = set(language_token_ids(lang, target.tokenizer).tolist())
+            result: dict = {}
+            outside = written = 0
+            for spec in args.drafters.split(","):
+                drafter = make_drafter(f"{spec}:{lang}", target, lang=lang)
+                for mode in ("fixed", "growing"):
+                    VocabHeadDrafter.commit = SelfDrafter.commit if mode == "fixed" else growing
+                    accepted = rejections = 0
+                    ratios = []
+                    for i, prompt in enumerate(prompts):
+                        sampling = SamplingConfig.paper(seed=i)
+                        ids = list(prompt.prompt_ids)
+                        order = [(drafter, args.gamma), (plain, 1)][:: 1 if i % 2 == 0 else -1]  # alternated per prompt
+                        runs = {d.name: generate(target, d, ids, gamma=g, max_new_tokens=args.max_new_tokens,
+                                                 sampling=sampling, stop_strings=prompt.stop_strings) for d, g in order}
+                        spec_run, plain_run = runs[drafter.name], runs[plain.name]
+                        accepted += spec_run.accepted
+                        rejections += spec_run.rejections
+                        ratios.append(per_token(plain_run) / per_token(spec_run))
+                        if spec == args.drafters.split(",")[0] and mode == "fixed":
+                            known = rows | set(ids)
+                            outside += sum(t not in known for t in plain_run.token_ids)
+                            written += len(plain_run.token_ids)
+                    result[f"{spec} {mode}"] = {"alpha": round(accepted / max(accepted + rejections, 1), 3),
+                                                "speedup": round(statistics.median(ratios), 3)}  # fmt: skip
+            result["target_tokens_outside_rows"] = f"{outside} of {written}"
+            out["langs"][lang] = result
+            print(lang, result, flush=True)
+    finally:  # growth back on, whatever ended the runs
         VocabHeadDrafter.commit = growing
-        result["target_tokens_outside_rows"] = f"{outside} of {written}"
-        out["langs"][lang] = result
-        print(lang, result, flush=True)
     out["wall_seconds"] = round(time.perf_counter() - started, 1)
     emit_json(out, args.output)
 

@@ -109,9 +109,9 @@ def main() -> None:
             if len(run.token_ids) > 1:
                 sequences.append((list(prompt.prompt_ids) + list(run.token_ids), len(run.token_ids)))
         int8 = make_drafter(f"int8:{lang}", target, lang=lang)
-        probs = {"float32": make_drafter(f"head:{lang}", exact, lang=lang),
-                 "bf16": make_drafter(f"head:{lang}", target, lang=lang), "int8": int8}  # fmt: skip
-        probs = {name: [decode_probs(d, s, n) for s, n in sequences] for name, d in probs.items()}
+        drafters = {"float32": make_drafter(f"head:{lang}", exact, lang=lang),
+                    "bf16": make_drafter(f"head:{lang}", target, lang=lang), "int8": int8}  # fmt: skip
+        probs = {name: [decode_probs(d, s, n) for s, n in sequences] for name, d in drafters.items()}
         dropped = {}
         if args.drop_sublayers:
             for index, mine in enumerate(int8.lm.lean.layers):
