@@ -113,6 +113,12 @@ class LeanLayerCache:
         self.length = end
         return self.keys[..., :end] if self.keys_t else self.keys[:, :, :end], self.values[:, :, :end]
 
+    def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values of tokens ``start`` to ``end`` [1, kv_heads, n, head_dim] (views),
+        as ``append`` takes them."""
+        keys = self.keys[..., start:end].transpose(2, 3) if self.keys_t else self.keys[:, :, start:end]
+        return keys, self.values[:, :, start:end]
+
 
 def _grown(buffer: torch.Tensor, capacity: int, length: int, dim: int) -> torch.Tensor:
     shape = list(buffer.shape)
@@ -640,13 +646,12 @@ class LeanGemma3:
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's
         cache) in this forward's cache dtype and key layout."""
-        length, capacity = layer.length, layer.values.shape[2]
-        keys = layer.keys[..., :length].transpose(2, 3) if layer.keys_t else layer.keys[:, :, :length]
+        capacity = layer.values.shape[2]
         shape = (1, self.kv_heads, capacity, self.head_dim)
         out = LeanLayerCache(torch.empty((1, self.kv_heads, self.head_dim, capacity) if self.keys_t else shape,
                                          dtype=self.cache_dtype, device=self.device),
                              torch.empty(shape, dtype=self.cache_dtype, device=self.device), self.keys_t)  # fmt: skip
-        out.append(keys, layer.values[:, :, :length])
+        out.append(*layer.rows(0, layer.length))
         return out
 
     def new_cache(self) -> LeanCache:

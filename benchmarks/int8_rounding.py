@@ -77,6 +77,25 @@ def decode_probs(drafter, sequence: list[int], continuation: int) -> torch.Tenso
     return torch.softmax(torch.cat(rows), -1)
 
 
+def decode_probs_on_target_context(drafter, target, sequence: list[int], continuation: int) -> torch.Tensor:
+    """As ``decode_probs``, but before each token the drafter's cache holds the bf16 target's own
+    keys and values of every earlier token (what a self-drafter's cache holds when each commit
+    takes the target's rows, ``SelfDrafter.TARGET_ROWS``)."""
+    lm = drafter.lm
+    target.prefill(sequence[:-1])
+    theirs = target.cache.layers[: len(lm.lean.layers)]
+    lm.reset()
+    drafter.head.set_extra([])
+    lm.cache.layers = [lm.lean.cache_like(layer) for layer in theirs]
+    rows = []
+    for i in range(len(sequence) - continuation - 1, len(sequence) - 1):
+        lm.cache.crop(i - lm.cache.get_seq_length())
+        lm.cached_len = i
+        rows.append(lm.forward([sequence[i]], logits_to_keep=1).float())
+    lm.reset()
+    return torch.softmax(torch.cat(rows), -1)
+
+
 def compare(first: list[torch.Tensor], second: list[torch.Tensor]) -> dict[str, float]:
     positions = sum(len(p) for p in first)
     tv = sum(0.5 * (p - q).abs().sum().item() for p, q in zip(first, second, strict=True))
@@ -112,6 +131,7 @@ def main() -> None:
         drafters = {"float32": make_drafter(f"head:{lang}", exact, lang=lang),
                     "bf16": make_drafter(f"head:{lang}", target, lang=lang), "int8": int8}  # fmt: skip
         probs = {name: [decode_probs(d, s, n) for s, n in sequences] for name, d in drafters.items()}
+        probs["int8, target's context"] = [decode_probs_on_target_context(int8, target, s, n) for s, n in sequences]
         dropped = {}
         if args.drop_sublayers:
             for index, mine in enumerate(int8.lm.lean.layers):
@@ -125,7 +145,8 @@ def main() -> None:
             for kind, weights in lean._weights(layer).items():
                 setattr(mine, kind, Bf16Product(weights))
         probs["int8 forward, bf16 weights"] = [decode_probs(int8, s, n) for s, n in sequences]
-        pairs = [("bf16", "float32"), ("int8", "float32"), ("int8", "bf16"), ("int8 forward, bf16 weights", "bf16")]
+        pairs = [("bf16", "float32"), ("int8", "float32"), ("int8", "bf16"), ("int8, target's context", "bf16"),
+                 ("int8 forward, bf16 weights", "bf16")]
         out["langs"][lang] = {"positions": sum(n for _, n in sequences),
                               **{f"{a} vs {b}": compare(probs[a], probs[b]) for a, b in pairs}}  # fmt: skip
         if dropped:

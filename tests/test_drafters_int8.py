@@ -109,3 +109,64 @@ def test_int8_specs_name_layers_and_language_and_refuse_what_they_cannot_run() -
             make_drafter(spec, target)
     with pytest.raises(ValueError, match="int8 weights need the lean forward.*this qwen3 model"):
         VocabHeadDrafter(RestrictedHeadLM(tiny_qwen3(), torch.arange(64), quantize="int8"), name="int8:x")
+
+
+@pytest.mark.parametrize("rows", ["accepted", "missing", "none"])
+def test_a_commit_takes_the_targets_keys_and_values_of_the_kept_tokens(rows: str, monkeypatch) -> None:
+    # After a fully accepted draft the drafter never forwarded its last drafted token: with the
+    # target's rows it drafts on from the one new token instead of two; with "accepted" every
+    # row it holds is the target's.
+    monkeypatch.setattr(VocabHeadDrafter, "TARGET_ROWS", rows)
+    model = _gemma()
+    target = Target(model)
+    drafter = _int8_drafter(model, target)
+    prompt = [1, 7, 3, 9, 4]
+    target.prefill(prompt[:-1])
+    drafter.start(prompt, SamplingConfig(greedy=True), torch.Generator())
+    drafted = drafter.propose(3).tokens.tolist()
+    target.checkpoint_and_verify([prompt[-1]] + drafted)
+    target.crop_or_replay(len(prompt) + 3)  # all three kept, as the engine crops
+    drafter.commit(3, 11)
+    mine, theirs = drafter.lm.cache.layers[0], target.cache.layers[0]
+    if rows == "none":
+        assert drafter.lm.cached_len == target.cached_len - 1
+    else:
+        assert drafter.lm.cached_len == target.cached_len == len(prompt) + 3
+        first = len(prompt) - 1 if rows == "accepted" else len(prompt) + 2
+        for a, b in zip(mine.rows(first, target.cached_len), theirs.rows(first, target.cached_len)):
+            assert torch.equal(a, b.to(a.dtype))
+        own = mine.rows(len(prompt) - 1, len(prompt) + 2)[1], theirs.rows(len(prompt) - 1, len(prompt) + 2)[1]
+        # the rows of the tokens the drafter forwarded: its own int8 ones ("missing"), or the target's
+        assert torch.equal(own[0], own[1].to(own[0].dtype)) == (rows == "accepted")
+    drafter.propose(1)
+    assert drafter.lm.forward_tokens[-1] == (2 if rows == "none" else 1)
+
+
+def test_int8_drafts_after_commits_that_take_the_targets_rows_keep_sampling_lossless() -> None:
+    # At γ 1 over four tokens the second and third are drafted after a commit (a rejection, or
+    # a fully accepted draft whose last token the drafter never forwarded): their joint law
+    # must be the target's.
+    vocab = 8
+    model = _gemma(vocab=vocab, layers=2, seed=5)
+    target = Target(model)
+    drafter = _int8_drafter(model, target)
+    assert VocabHeadDrafter.TARGET_ROWS == "accepted"
+    prompt = [4, 6, 4]
+    config = SamplingConfig(temperature=1.0)
+    with torch.no_grad():
+        def probs(seq: list[int]) -> torch.Tensor:
+            return torch.softmax(model(torch.tensor([seq])).logits[0, -1].float(), 0)
+
+        exact = torch.zeros(vocab, vocab)  # P(t2, t3)
+        for t1, p1 in enumerate(probs(prompt).tolist()):
+            for t2, p2 in enumerate(probs(prompt + [t1]).tolist()):
+                exact[t2] += p1 * p2 * probs(prompt + [t1, t2])
+    counts = torch.zeros(vocab, vocab)
+    synced = 0
+    for seed in range(1500):
+        result = generate(target, drafter, prompt, gamma=1, max_new_tokens=4,
+                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))
+        counts[result.token_ids[1], result.token_ids[2]] += 1
+        synced += drafter._synced is not None
+    assert synced == 1500  # every commit took the target's rows
+    assert chi_square_pvalue(counts.flatten(), exact.flatten()) > 1e-3
