@@ -1,13 +1,15 @@
 """What bounds the int8 self-drafter's acceptance: int8, or the bf16 target's own rounding?
 
 Under sampling a drafter's acceptance is one minus the total variation (TV) between its
-distribution and the target's. This teacher-forces four models of the same weights along the
+distribution and the target's. This teacher-forces five models of the same weights along the
 bf16 target's own sampled translations of held-out FLORES-200 sentences (the paper's sampling,
 48 tokens), one decode step per token as a drafter runs, each under LANG's restricted head:
 
 * ``float32``: ``head:LANG`` on the float32 model (the weights as published);
 * ``bf16``: ``head:LANG`` on the bf16 target (the target's own bits on the restricted columns);
 * ``int8``: ``int8:LANG`` (its layers on weight-only int8 copies);
+* ``int8, target's context``: the same, its cache holding the bf16 target's keys and values of
+  every earlier token, as a self-drafter's commits give it (``SelfDrafter.TARGET_ROWS``);
 * ``int8 forward, bf16 weights``: the same forward with each layer's products back on the bf16
   weights (``F.linear``), so that it differs from ``bf16`` only in how its products round.
 
