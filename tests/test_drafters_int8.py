@@ -115,10 +115,12 @@ def test_int8_specs_name_layers_and_language_and_refuse_what_they_cannot_run() -
 def test_a_commit_takes_the_targets_keys_and_values_of_the_kept_tokens(rows: str, monkeypatch) -> None:
     # After a fully accepted draft the drafter never forwarded its last drafted token: with the
     # target's rows it drafts on from the one new token instead of two; with "accepted" every
-    # row it holds is the target's.
+    # row it holds is the target's. The caches start small, so forwards grow them (into
+    # inference tensors, which the commit, outside any forward, must still write).
     monkeypatch.setattr(VocabHeadDrafter, "TARGET_ROWS", rows)
     model = _gemma()
     target = Target(model)
+    target.lean.capacity = 4
     drafter = _int8_drafter(model, target)
     prompt = [1, 7, 3, 9, 4]
     target.prefill(prompt[:-1])

@@ -146,6 +146,11 @@ class SelfDrafter(ModelDrafter):
         if synced is None or self.TARGET_ROWS == "none" or target.cached_len != len(self.ids) - 1:
             self._synced = None  # out of step with the target (never here in the engine's loop): stop
             return
+        self._take_target_rows(synced)
+
+    @torch.inference_mode()  # a cache grown inside a forward holds inference tensors
+    def _take_target_rows(self, synced: int) -> None:
+        target = self.target
         start = self.lm.cached_len if self.TARGET_ROWS == "missing" else synced
         if start == target.cached_len:
             return
