@@ -89,10 +89,10 @@ def decode_probs_on_target_context(drafter, target, sequence: list[int], continu
     lm.reset()
     drafter.head.set_extra([])
     lm.cache.layers = [lm.lean.cache_like(layer) for layer in theirs]
+    lm.cached_len = target.cached_len
     rows = []
     for i in range(len(sequence) - continuation - 1, len(sequence) - 1):
-        lm.cache.crop(i - lm.cache.get_seq_length())
-        lm.cached_len = i
+        lm.crop_or_replay(i)  # the target's rows before token i; the drafter's own row of it goes
         rows.append(lm.forward([sequence[i]], logits_to_keep=1).float())
     lm.reset()
     return torch.softmax(torch.cat(rows), -1)

@@ -106,7 +106,7 @@ class SelfDrafter(ModelDrafter):
         super().__init__(model, name=name)
         self.target = target
         self.n_shared = n_shared
-        self._synced: int | None = None  # the cache's first rows that are the target's (None: not kept in step)
+        self._follows_target = False  # whether commits take the target's rows (its cache was copied at start)
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         target = self.target
@@ -126,10 +126,10 @@ class SelfDrafter(ModelDrafter):
                 self.lm.cache.layers = [copy.deepcopy(layer) for layer in shared]
             self.lm.cached_len = target.cached_len
             self.lm.timer.reset()
-            self._synced = self.lm.cached_len if self.lm.lean is not None else None
+            self._follows_target = self.lm.lean is not None
         else:
             super().start(context_ids, sampling, generator)
-            self._synced = None
+            self._follows_target = False
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         """As every drafter commits; then, where the prompt's cache came from the target, the
@@ -141,10 +141,12 @@ class SelfDrafter(ModelDrafter):
         the draft approximates: ``"accepted"`` replaces the draft's own rows of the accepted
         tokens too, so the draft attends over exactly the target's context. Either way the
         draft's probabilities are those it drafts from, so verification stays lossless."""
+        synced = len(self.ids) - 1  # the rows that were the target's: all but the pending token
         super().commit(n_accepted, next_token)
-        target, synced = self.target, self._synced
-        if synced is None or self.TARGET_ROWS == "none" or target.cached_len != len(self.ids) - 1:
-            self._synced = None  # out of step with the target (never here in the engine's loop): stop
+        if not self._follows_target or self.TARGET_ROWS == "none":
+            return
+        if self.target.cached_len != len(self.ids) - 1:
+            self._follows_target = False  # out of step with the target (never here in the engine's loop): stop
             return
         self._take_target_rows(synced)
 
@@ -161,7 +163,6 @@ class SelfDrafter(ModelDrafter):
             mine.append(*theirs.rows(start, target.cached_len))
         self.lm.cached_len = target.cached_len
         self.lm.tokens = list(self.ids[: target.cached_len])
-        self._synced = target.cached_len
 
 
 def parse_layers(text: str, target: Target) -> int:
