@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Draft, Drafter, check_vocabulary
+from babelspec.drafters.base import Draft, Drafter, Verdict, check_vocabulary
 from babelspec.sampling import Probs, SamplingConfig, draw_index, top_rows, warp
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
@@ -29,8 +29,10 @@ class GenerationResult:
     proposed: int = 0  # drafted tokens handed to the verifier
     accepted: int = 0  # drafted tokens the verifier kept
     rejections: int = 0  # steps that ended in a rejection
-    proposed_per_step: list[int] = field(default_factory=list)
+    proposed_per_step: list[int] = field(default_factory=list)  # drafted tokens (a tree's nodes)
     accepted_per_step: list[int] = field(default_factory=list)
+    depth_per_step: list[int] = field(default_factory=list)  # tokens on the draft's longest path
+    rejected_per_step: list[int] = field(default_factory=list)  # 1 where the step ended in a rejection
     draft_seconds: float = 0.0  # the drafter's start on the prompt, propose and commit (rollback, replay, index)
     target_seconds: float = 0.0  # verification forwards, prefill excluded
     rollback_seconds: float = 0.0  # the target's crops and replays after rejections
@@ -86,19 +88,28 @@ class GenerationResult:
     @property
     def drafted_per_step(self) -> float:
         """Tokens actually drafted per verification step (below γ where the drafter stops early
-        or the budget ends a draft); NaN before a step."""
+        or the budget ends a draft; a tree's nodes); NaN before a step."""
         return self.proposed / self.steps if self.steps else float("nan")
 
+    @property
+    def depth_per_step_mean(self) -> float:
+        """Tokens on the longest path of a step's draft, per step (``drafted_per_step`` for
+        chains): a step keeps at most this + 1 tokens; NaN before a step."""
+        return sum(self.depth_per_step) / self.steps if self.steps else float("nan")
+
     def theoretical_speedup(self, gamma: float | None = None, c: float | None = None) -> float:
-        """f at the tokens actually drafted per step (``drafted_per_step``) unless ``gamma`` is given."""
-        return theoretical_speedup(self.alpha, self.drafted_per_step if gamma is None else gamma,
-                                   self.c if c is None else c)
+        """f at the draft's depth and node count per step (``speedup.theoretical_speedup``), or
+        at a chain of ``gamma`` tokens when given."""
+        c = self.c if c is None else c
+        if gamma is not None:
+            return theoretical_speedup(self.alpha, gamma, c)
+        return theoretical_speedup(self.alpha, self.depth_per_step_mean, c, nodes=self.drafted_per_step)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(n_tokens=self.n_tokens, n_chars=self.n_chars, alpha=self.alpha,
                  alpha_token=self.alpha_token, mean_accepted_length=self.mean_accepted_length,
-                 c=self.c, drafted_per_step=self.drafted_per_step,
+                 c=self.c, drafted_per_step=self.drafted_per_step, depth_per_step_mean=self.depth_per_step_mean,
                  theoretical_speedup=self.theoretical_speedup())
         return d
 
@@ -278,12 +289,10 @@ def generate(
 
         new_tokens = accepted + [next_token]
         t1 = time.perf_counter()
-        if drafter.observes_top:
-            drafter.observe([int(seq[length - 1])] + drafted, *top_rows(logits, drafter.observes_top))
-        if tree:
-            drafter.commit_path(accepted, next_token)
-        else:
-            drafter.commit(n, next_token)
+        inputs = [int(seq[length - 1])] + drafted
+        top = top_rows(logits, drafter.observes_top) if drafter.observes_top else None
+        drafter.settle(Verdict(kept=accepted, next_token=next_token, tree=tree, inputs=inputs, top=top,
+                               drafted=k, depth=draft.depth(), rejected=ended_in_rejection))
         result.rollback_seconds += t1 - t0
         result.draft_seconds += time.perf_counter() - t1  # rollback, replay, lookup index
         seq[length : length + n + 1] = new_tokens
@@ -294,6 +303,8 @@ def generate(
         result.rejections += ended_in_rejection
         result.proposed_per_step.append(k)
         result.accepted_per_step.append(n)
+        result.depth_per_step.append(draft.depth())
+        result.rejected_per_step.append(int(ended_in_rejection))
         result.draft_forwards += draft.forwards
 
         start = len(generated)

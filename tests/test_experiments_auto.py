@@ -46,7 +46,7 @@ def test_auto_uses_the_route_of_the_language_and_task(target, tmp_path):
     assert res.proposed > 0
     assert max(res.proposed_per_step) <= 2  # the route's gamma caps the engine's
     plain = make_drafter(f"auto:{path}", target, lang="amh")  # task unknown: the "*" route
-    assert plain.inner is None
+    assert plain.routes_to_plain and not plain.drafting
     res = generate(target, plain, [1, 2, 3], gamma=4, max_new_tokens=8, sampling=SamplingConfig.paper())
     assert res.proposed == 0 and res.n_tokens == 8
 

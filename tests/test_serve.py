@@ -29,7 +29,7 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("serve")
     base = tiny_model_dir(root / "base")
     chat = with_chat_template(base, root / "chat")
-    router = write_router(root / "router.json")
+    router = write_router(root / "router.json", ngram=_yoruba_bigram(base, root / "yor.ngram"))
     servers = {
         "chat": Server("--target", chat, "--drafter", "self:1", "--router", router, "--queue-size", "32",
                        "--request-timeout", "120", log=root / "chat.log"),
@@ -42,6 +42,8 @@ def setup(tmp_path_factory):
         "seeded": generate_cli(chat, "--drafter", "self:1", "--seed", "7", "--max-new-tokens", "24", "--prompt", PROMPT),
         "auto": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--seed", "3",
                              "--max-new-tokens", "24", "--prompt", PROMPT),
+        "auto-tree": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--task", "story",
+                                  "--greedy", "--max-new-tokens", "24", "--prompt", PROMPT),
     }  # fmt: skip
     try:
         for s in servers.values():
@@ -51,6 +53,16 @@ def setup(tmp_path_factory):
     finally:
         for s in servers.values():
             s.close()
+
+
+def _yoruba_bigram(model: str, path) -> str:
+    from transformers import AutoTokenizer
+
+    from babelspec.data import corpus
+    from babelspec.ngram import CountConfig, train
+
+    train(corpus.monolingual("yor", "train")[:400], AutoTokenizer.from_pretrained(model), CountConfig(order=2)).save(path)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +137,17 @@ def test_auto_uses_the_route_of_the_given_or_detected_language(setup, chat_serve
     _, _, _, eng = complete(chat_server, model, prompt=ENGLISH, max_tokens=8, extra_body={"drafter": "auto"})
     assert eng["detected_lang"] == "eng" and eng["drafter"] == "auto" and eng["proposed"] == 0
     assert eng["route"]["drafter"] == "none" and "no language" in eng["route"]["reason"]
+
+
+def test_greedy_auto_to_an_ngram_tree_answers_as_babelspec_generate(setup, chat_server):
+    ref = setup["cli"]["auto-tree"]
+    assert any(d < p for d, p in zip(ref["depth_per_step"], ref["proposed_per_step"]))  # token trees
+    body = {"drafter": "auto", "lang": "yor", "task": "story"}
+    for stream in (False, True):
+        text, ids, _, extra = complete(chat_server, setup["model"], stream, prompt=PROMPT, max_tokens=24,
+                                       temperature=0, extra_body=body)  # fmt: skip
+        assert ids == ref["token_ids"] and text == ref["text"]
+        assert extra["route"]["drafter"] == "bigram" and extra["proposed"] == ref["proposed"]
 
 
 def test_chat_completion_streamed_and_not(setup, chat_server):

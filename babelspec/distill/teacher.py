@@ -58,20 +58,6 @@ def score_topk(model: nn.Module, ids: Sequence[int], response_start: int, k: int
                    topk_values=values.cpu().numpy().astype(logp_dtype))
 
 
-def greedy_response(model: nn.Module, tokenizer, item: PromptItem, max_new_tokens: int,
-                    eos_token_ids: Sequence[int] | None = None) -> list[int]:
-    """The teacher's greedy continuation of ``item.prompt_ids``, cut at EOS or a stop string
-    (the stop string itself is kept out of the response, as the task's stop rule wants)."""
-    if eos_token_ids is None:
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        eos_token_ids = [eos] if isinstance(eos, int) else list(eos or [])
-    out = sampled_response(model, item.prompt_ids, SamplingConfig(greedy=True), max_new_tokens,
-                           eos_token_ids, stop_strings=item.stop_strings, tokenizer=tokenizer)
-    if item.stop_strings and tokenizer is not None and out:
-        out = _cut_at_stop(tokenizer, out, item.stop_strings)
-    return out
-
-
 def _cut_at_stop(tokenizer, ids: list[int], stop_strings: Sequence[str]) -> list[int]:
     """The shortest prefix of ``ids`` whose text reaches no stop string (token granularity)."""
     text = tokenizer.decode(ids)

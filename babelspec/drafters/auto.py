@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, DrafterWrapper, NoDrafter, Verdict
 from babelspec.numeric import finite_or
 from babelspec.routing import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
@@ -30,9 +30,14 @@ if TYPE_CHECKING:
 WARMUP_STEPS = 8  # judged steps before the online estimate may switch drafting off
 
 
-class RoutedDrafter(Drafter):
+class RoutedDrafter(DrafterWrapper):
+    """The route's drafter (``NoDrafter`` for a route to plain decoding), with γ capped at the
+    route's and drafting switched off once the online f says it does not pay. Everything else
+    of the drafter contract (trees, the target's candidates for recycling) reaches the route's
+    drafter through ``DrafterWrapper``."""
+
     def __init__(self, inner: Drafter | None, route: Route, min_speedup: float = 1.0) -> None:
-        self.inner = inner
+        super().__init__(inner if inner is not None else NoDrafter())
         self.route = route
         self.min_speedup = min_speedup
         self.vocab_size = inner.vocab_size if inner is not None else None
@@ -40,54 +45,89 @@ class RoutedDrafter(Drafter):
         self.preferred_gamma = max(1, route.gamma)
         self._reset_counts()
 
+    @property
+    def routes_to_plain(self) -> bool:
+        return isinstance(self.inner, NoDrafter) or self.route.gamma <= 0
+
     def _reset_counts(self) -> None:
         self.matched = 0
         self.rejections = 0
         self.judged_steps = 0
-        self.drafted = 0  # tokens drafted in the judged steps
-        self.drafting = self.inner is not None and self.route.gamma > 0
-        self._last = 0
+        self.drafted = 0  # tokens (tree nodes) drafted in the judged steps
+        self.depth = 0  # tokens on the longest path of each judged step's draft, summed
+        self.drafting = not self.routes_to_plain
+        self._last = (0, 0)  # (tokens, depth) of the last proposal
+
+    @property
+    def observes_top(self) -> int:  # type: ignore[override]
+        return self.inner.observes_top if self.drafting else 0
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self._reset_counts()
-        if self.inner is not None:
-            self.inner.start(context_ids, sampling, generator)
+        self.inner.start(context_ids, sampling, generator)
 
     def propose(self, gamma: int) -> Draft:
         if not self.drafting:
-            self._last = 0
+            self._last = (0, 0)
             return Draft.empty()
         draft = self.inner.propose(min(gamma, self.route.gamma))
-        self._last = len(draft)
+        self._last = (len(draft), draft.depth())
         return draft
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def settle(self, verdict: Verdict) -> None:
         if not self.drafting:
             return  # the inner drafter is no longer consulted in this generation
-        if self._last:
-            self.matched += n_accepted
-            self.rejections += int(n_accepted < self._last)
-            self.judged_steps += 1
-            self.drafted += self._last
+        self._judge(len(verdict.kept), verdict.rejected, verdict.drafted, verdict.depth)
+        self.inner.settle(verdict)
+        self._maybe_stop()
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        """A chain's verdict from a caller other than the engine (which calls ``settle``)."""
+        if not self.drafting:
+            return
+        tokens, depth = self._last
+        self._judge(n_accepted, n_accepted < tokens, tokens, depth)
         self.inner.commit(n_accepted, next_token)
+        self._maybe_stop()
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        if not self.drafting:
+            return
+        tokens, depth = self._last
+        self._judge(len(accepted), len(accepted) < depth, tokens, depth)
+        self.inner.commit_path(accepted, next_token)
+        self._maybe_stop()
+
+    def observe(self, inputs, ids, probs) -> None:
+        if self.drafting:
+            self.inner.observe(inputs, ids, probs)
+
+    def _judge(self, kept: int, rejected: bool, drafted: int, depth: int) -> None:
+        if drafted:
+            self.matched += kept
+            self.rejections += int(rejected)
+            self.judged_steps += 1
+            self.drafted += drafted
+            self.depth += depth
+
+    def _maybe_stop(self) -> None:
         if self.judged_steps >= WARMUP_STEPS and self.online_speedup() < self.min_speedup:
             self.drafting = False  # drafting costs more than it saves here: plain decoding
 
     def online_speedup(self) -> float:
         """f over this generation's judged steps; NaN until a step is judged or without costs.
 
-        Costs come from the route in units of a plain decode step (older router files lack
-        them: then verification counts 1 and a draft forward the route's c)."""
+        A step keeps at most its draft's depth + 1 tokens and pays for every drafted token (a
+        tree's nodes). Costs come from the route in units of a plain decode step (older router
+        files lack them: then verification counts 1 and a draft forward the route's c)."""
         if not self.judged_steps:
             return math.nan
         alpha = finite_or(acceptance_rate(self.matched, self.rejections), 0.0)
-        gamma = self.drafted / self.judged_steps  # tokens actually drafted per step
+        depth = self.depth / self.judged_steps
+        nodes = self.drafted / self.judged_steps  # tokens actually drafted per step
         verify = finite_or(self.route.verify_cost, 1.0)
         draft = finite_or(self.route.draft_cost, finite_or(self.route.c, math.nan))
-        return theoretical_speedup(alpha, gamma, draft, verify)
-
-    def forward_seconds(self) -> list[float]:
-        return self.inner.forward_seconds() if self.inner is not None else []
+        return theoretical_speedup(alpha, depth, draft, verify, nodes=nodes)
 
 
 def auto_drafter(arg: str, target: Target, context: dict[str, Any],
@@ -107,8 +147,11 @@ def auto_drafter(arg: str, target: Target, context: dict[str, Any],
             f"{exc}. Pass auto:runs/NAME/router.json (every `babelspec run` writes one), or make a "
             f"run's router the default with `babelspec run ... --install-router`"
         ) from None
-    route = router.route(lang, context.get("task"))
+    task = context.get("task")
+    route = router.route(lang, task)
     inner = None
     if route.spec != "none":
-        inner = make(route.spec, target, lang=lang, task=context.get("task") or "translation")
+        task = task or "translation"
+        # a route for every task ("*") may keep a setting's {task}: the request's task fills it
+        inner = make(route.spec.replace("{task}", task), target, lang=lang, task=task)
     return RoutedDrafter(inner, route, min_speedup=router.min_speedup)

@@ -4,13 +4,18 @@ The speculative loop (``babelspec.engine``) drives a drafter with three calls:
 
 * ``start(context_ids, sampling, generator)`` -- a new generation begins on ``context_ids``
   (the prompt). The drafter may build any state it needs (a KV cache, a lookup table).
-* ``propose(gamma)`` -- draft up to ``gamma`` tokens continuing the current context. Return
+* ``propose(gamma)`` -- draft up to ``gamma`` tokens in a row continuing the current context:
+  a chain, or a token tree (``Draft.tree``) whose paths hold at most ``gamma`` tokens. Return
   fewer (even zero) when the drafter has nothing confident to say.
-* ``observe(inputs, ids, probs)`` -- optional, for drafters with ``observes_top`` > 0: the
-  target's top candidates on every row it verified (Token Recycling's source of drafts).
-* ``commit(n_accepted, next_token)`` -- the verifier kept the first ``n_accepted`` drafted
-  tokens and then appended ``next_token`` (a correction on rejection, a bonus token when all
-  were accepted). The drafter rolls its state back to ``context + accepted + [next_token]``.
+* ``settle(verdict)`` -- what the verifier decided (``Verdict``): the drafted tokens it kept,
+  the token it appended and, for drafters with ``observes_top`` > 0, the target's top
+  candidates on every row it verified. The drafter rolls its state back to
+  ``context + kept + [next_token]``.
+
+``Drafter.settle`` hands the verdict on to the finer calls a drafter implements: ``observe``
+(the target's candidates, Token Recycling's source of drafts), then ``commit`` after a chain
+or ``commit_path`` after a tree. A drafter that wraps another (``DrafterWrapper``, e.g. the
+router's ``auto``) forwards the whole contract, so it cannot drop a part of it.
 
 Drafters know nothing about verification: they only report, for each drafted token, the
 distribution it was sampled from (``sampling.Probs``), so the rejection sampler can stay
@@ -42,7 +47,6 @@ class Draft:
     tokens: torch.Tensor  # [k] long (k may be 0); a chain holds at most gamma tokens
     probs: Probs  # the distribution each token was drawn from (a point mass: rows of width one)
     forwards: int = 0  # draft forwards (model calls or table walks) spent on this proposal
-    seconds: float = 0.0  # wall time spent drafting, filled in by the engine
     parents: np.ndarray | None = None  # [k] int64 for a token tree; None for a chain
 
     def __len__(self) -> int:
@@ -96,6 +100,20 @@ class Draft:
         return Draft(tokens=tokens, probs=Probs.point(tokens), forwards=forwards)
 
 
+@dataclass
+class Verdict:
+    """What one verification decided about a draft, as the drafter hears it (``settle``)."""
+
+    kept: list[int]  # the drafted tokens the verifier kept, in order (one path of a tree)
+    next_token: int  # the token it appended: a correction after a rejection, else a bonus
+    tree: bool = False  # the draft had parents (a tree, or a chain given as one)
+    inputs: list[int] = field(default_factory=list)  # what the verifier read: pending token, then each node
+    top: tuple[np.ndarray, np.ndarray] | None = None  # (ids, probs) [rows, observes_top], when asked for
+    drafted: int = 0  # tokens (nodes) in the draft
+    depth: int = 0  # tokens on the draft's longest path: at most this many could be kept
+    rejected: bool = False  # a drafted token was judged and rejected (else the draft ran out)
+
+
 class Drafter(ABC):
     """Base class for drafters. ``name`` appears in results and reports."""
 
@@ -118,6 +136,16 @@ class Drafter(ABC):
     @abstractmethod
     def commit(self, n_accepted: int, next_token: int) -> None: ...
 
+    def settle(self, verdict: Verdict) -> None:
+        """After a verification: the target's candidates to ``observe`` (when ``observes_top``
+        asked for them), then ``commit`` (a chain) or ``commit_path`` (a tree)."""
+        if verdict.top is not None and self.observes_top:
+            self.observe(verdict.inputs, *verdict.top)
+        if verdict.tree:
+            self.commit_path(verdict.kept, verdict.next_token)
+        else:
+            self.commit(len(verdict.kept), verdict.next_token)
+
     def commit_path(self, accepted: list[int], next_token: int) -> None:
         """After a token tree: the verifier kept the drafted tokens ``accepted`` (one path of the
         tree) and appended ``next_token``. Drafters that propose trees override this."""
@@ -128,7 +156,7 @@ class Drafter(ABC):
         ``inputs[r]`` (the pending token, then each drafted node) and ranked ``ids[r]`` most
         likely next, with probabilities ``probs[r]`` renormalised over them ([rows, observes_top]
         each; ``sampling.top_rows``). Rows of rejected nodes come too: they are the target's own
-        predictions after those tokens. Called before ``commit``/``commit_path``."""
+        predictions after those tokens. Called by ``settle`` before ``commit``/``commit_path``."""
         return None
 
     def forward_seconds(self) -> list[float]:
@@ -155,6 +183,44 @@ class NoDrafter(Drafter):
         pass
 
 
+class DrafterWrapper(Drafter):
+    """A drafter around another: every part of the contract goes to ``inner`` unless a subclass
+    overrides it. ``tests/test_drafters_wrapper.py`` checks that this class forwards each
+    public method and attribute of ``Drafter``, so a part added to the contract cannot be
+    dropped by a wrapper."""
+
+    def __init__(self, inner: Drafter) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.vocab_size = inner.vocab_size
+        self.preferred_gamma = inner.preferred_gamma
+
+    @property
+    def observes_top(self) -> int:  # type: ignore[override]
+        return self.inner.observes_top
+
+    def start(self, context_ids, sampling, generator) -> None:
+        self.inner.start(context_ids, sampling, generator)
+
+    def propose(self, gamma: int) -> Draft:
+        return self.inner.propose(gamma)
+
+    def settle(self, verdict: Verdict) -> None:
+        self.inner.settle(verdict)
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        self.inner.commit(n_accepted, next_token)
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        self.inner.commit_path(accepted, next_token)
+
+    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
+        self.inner.observe(inputs, ids, probs)
+
+    def forward_seconds(self) -> list[float]:
+        return self.inner.forward_seconds()
+
+
 DEFAULT_GAMMA = 4  # tokens drafted per step when neither the request nor the drafter says
 
 
@@ -172,11 +238,3 @@ def check_vocabulary(drafter: Drafter, target, *, name: str | None = None) -> No
             f"the target has {target.vocab_size}; a drafter must use the target's tokenizer"
         )
 
-
-@dataclass
-class DrafterInfo:
-    """What a drafter spec resolved to, for results and reports."""
-
-    spec: str
-    kind: str
-    details: dict = field(default_factory=dict)

@@ -62,7 +62,8 @@ class SettingStats:
     mean_accepted_length: float = math.nan  # pooled: sum accepted / sum steps
     c: float = math.nan  # median over examples of mean draft forward / mean target forward
     theoretical_f: float = math.nan
-    drafted_per_step: float = math.nan  # tokens actually drafted per verification step (f's γ)
+    drafted_per_step: float = math.nan  # tokens actually drafted per verification step (f's cost)
+    depth_per_step: float = math.nan  # tokens on the longest path of a step's draft (f's γ)
     speedup: float = math.nan  # measured, paired median vs plain decoding (per token)
     speedup_low: float = math.nan  # bootstrap 95% interval over prompts (NaN under 2 prompts)
     speedup_high: float = math.nan
@@ -90,32 +91,64 @@ class SettingStats:
         return asdict(self)
 
 
+def step_shapes(r: ExampleRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """(accepted, depth, rejected) per step of a generation: the drafted tokens kept, the tokens
+    on the longest path of the step's draft (a chain: its length) and 1 where the step ended in
+    a rejection. Stores from before depths were recorded have only node counts: a chain's steps
+    are recovered from them (its depth is its length, a rejection is a step that kept fewer);
+    None for a token tree there, whose depth was not recorded (its rejections disagree)."""
+    acc = np.asarray(r.accepted_per_step, dtype=np.int64)
+    if len(r.depth_per_step) == len(acc) and len(r.rejected_per_step) == len(acc):
+        return acc, np.asarray(r.depth_per_step, dtype=np.int64), np.asarray(r.rejected_per_step, dtype=np.int64)
+    prop = np.asarray(r.proposed_per_step, dtype=np.int64)
+    rejected = (acc < prop).astype(np.int64)
+    if len(prop) != len(acc) or int(rejected.sum()) != r.rejections:
+        return None
+    return acc, prop, rejected
+
+
+def _depth_total(r: ExampleRecord) -> int | None:
+    """Tokens on the longest paths of a generation's drafts, summed over its steps (a chain's
+    are its tokens, also where no per-step counts were kept); None where unknown."""
+    if not r.accepted_per_step and not r.depth_per_step:
+        return r.proposed
+    shape = step_shapes(r)
+    return None if shape is None else int(shape[1].sum())
+
+
 def _acceptance_by_draft_position(records: list[ExampleRecord], gamma: int) -> list[float]:
-    """P(the i-th drafted token of a step is accepted | it was proposed), i = 0..gamma-1."""
+    """P(the i-th drafted token of a step is accepted | a step's draft reached position i),
+    i = 0..gamma-1: positions count along a path, so a tree's nodes at one depth are one
+    position. NaN-free only where every record's depths are known."""
     if gamma <= 0:
         return []
-    prop = np.concatenate([np.asarray(r.proposed_per_step, dtype=np.int64) for r in records] or [np.zeros(0, np.int64)])
-    acc = np.concatenate([np.asarray(r.accepted_per_step, dtype=np.int64) for r in records] or [np.zeros(0, np.int64)])
-    if prop.size == 0:
+    shapes = [step_shapes(r) for r in records]
+    if any(sh is None for sh in shapes):
+        return [math.nan] * gamma
+    acc = np.concatenate([sh[0] for sh in shapes] or [np.zeros(0, np.int64)])
+    depth = np.concatenate([sh[1] for sh in shapes] or [np.zeros(0, np.int64)])
+    if depth.size == 0:
         return []
     pos = np.arange(gamma)[None, :]
-    proposed = (prop[:, None] > pos).sum(axis=0)
+    proposed = (depth[:, None] > pos).sum(axis=0)
     accepted = (acc[:, None] > pos).sum(axis=0)
     return [float(a / p) if p else math.nan for a, p in zip(accepted, proposed)]
 
 
 def _acceptance_by_output_position(records: list[ExampleRecord]) -> list[float]:
-    """Paper-style a per bin of output position (16 tokens), from the per-step counts."""
+    """Paper-style a per bin of output position (16 tokens), from the per-step counts (a step
+    with a rejection judges accepted + 1 tokens, one that ran out of draft its accepted ones)."""
     matched = defaultdict(float)
     judged = defaultdict(float)
     for r in records:
-        prop = np.asarray(r.proposed_per_step, dtype=np.int64)
-        acc = np.asarray(r.accepted_per_step, dtype=np.int64)
-        if prop.size == 0:
+        shape = step_shapes(r)
+        if shape is None:
+            continue
+        acc, _, rejected = shape
+        if acc.size == 0:
             continue
         start = np.concatenate([[0], np.cumsum(acc + 1)[:-1]])  # output position of each step
         bins = start // POSITION_BIN_TOKENS
-        rejected = (acc < prop).astype(np.int64)  # a step with a rejection judges acc + 1 tokens
         for b in np.unique(bins):
             sel = bins == b
             matched[int(b)] += float(acc[sel].sum())
@@ -282,11 +315,14 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             s.alpha_token_mean = accepted / proposed if proposed else math.nan
             s.mean_accepted_length = accepted / steps if steps else math.nan
             # f at the tokens actually drafted per step, not at the γ asked for: the router
-            # caps γ, n-gram drafters stop early, and the budget cuts the last draft.
+            # caps γ, n-gram drafters stop early, and the budget cuts the last draft. A tree
+            # keeps at most its depth + 1 tokens a step and costs its nodes.
             s.drafted_per_step = proposed / steps if steps else math.nan
+            depths = [_depth_total(r) for r in rows]
+            if steps and all(d is not None for d in depths):
+                s.depth_per_step = sum(depths) / steps
             s.c = median(cs)
-            if math.isfinite(s.c) and math.isfinite(s.drafted_per_step):
-                s.theoretical_f = theoretical_speedup(s.alpha_mean, s.drafted_per_step, s.c)
+            s.theoretical_f = theoretical_speedup(s.alpha_mean, s.depth_per_step, s.c, nodes=s.drafted_per_step)
             by_prompt = ratios.get(key, {})
             pairs = [q for v in by_prompt.values() for q in v]
             s.speedup, s.n_pairs, s.n_prompts = median(pairs), len(pairs), len(by_prompt)
@@ -327,7 +363,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             s.verify_cost = s.target_forward_ms / base
             if math.isfinite(s.draft_forward_ms):
                 s.draft_cost = s.draft_forward_ms / base  # draft forward in units of a plain step
-                s.f_verify = theoretical_speedup(s.alpha_mean, s.drafted_per_step, s.draft_cost, s.verify_cost)
+                s.f_verify = theoretical_speedup(s.alpha_mean, s.depth_per_step, s.draft_cost, s.verify_cost,
+                                                 nodes=s.drafted_per_step)
     return out
 
 

@@ -95,13 +95,19 @@ def _route(lang: str, task: str, s: SettingStats, held: dict, specs: dict, sourc
         fs = [h.theoretical_f for h in measured if math.isfinite(h.theoretical_f)]
         predicted = (min(fs) if fs else s.theoretical_f, math.nan, math.nan, 0)
     return Route(
-        language=lang, task=task, drafter=s.drafter, spec=specs[(s.drafter, lang)],
+        language=lang, task=task, drafter=s.drafter, spec=_spec(specs[(s.drafter, lang)], task),
         gamma=s.gamma, predicted_speedup=predicted[0], source=source, alpha=s.alpha_mean,
         c=s.c, theoretical_f=s.theoretical_f, predicted_low=predicted[1],
         predicted_high=predicted[2], n_pairs=predicted[3], selection_speedup=s.speedup,
         selection_low=s.speedup_low, selection_high=s.speedup_high,
         verify_cost=s.verify_cost, draft_cost=s.draft_cost,
     )  # fmt: skip
+
+
+def _spec(spec: str, task: str) -> str:
+    """A route's spec: a setting's ``{task}`` filled for a route of one task; a route for every
+    task keeps it, for ``auto`` to fill with the request's task."""
+    return spec if task == ANY_TASK else spec.replace("{task}", task)
 
 
 def _fallback(lang: str, task: str) -> Route:

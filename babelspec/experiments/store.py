@@ -12,7 +12,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,11 @@ class ExampleRecord:
     rejections: int = 0
     steps: int = 0
     accepted_per_step: list[int] = field(default_factory=list)
-    proposed_per_step: list[int] = field(default_factory=list)
+    proposed_per_step: list[int] = field(default_factory=list)  # drafted tokens (a tree's nodes)
+    # Tokens on the longest path of each step's draft (a chain: its length) and 1 where the
+    # step ended in a rejection; empty in stores from before they were recorded.
+    depth_per_step: list[int] = field(default_factory=list)
+    rejected_per_step: list[int] = field(default_factory=list)
     draft_seconds: float = 0.0
     target_seconds: float = 0.0
     wall_seconds: float = 0.0  # the whole generation: the prompt's prefill and decoding
@@ -90,7 +94,7 @@ class ExampleRecord:
 
 
 _JSON_FIELDS = {
-    "accepted_per_step", "proposed_per_step", "draft_forward_seconds",
+    "accepted_per_step", "proposed_per_step", "depth_per_step", "rejected_per_step", "draft_forward_seconds",
     "target_forward_seconds", "versions", "machine",
 }  # fmt: skip
 _DICT_FIELDS = {"versions", "machine"}
@@ -251,6 +255,3 @@ class Store:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, r)) for r in cur]
 
-
-def add_all(store: Store, records: Iterable[ExampleRecord]) -> int:
-    return sum(store.add(r) for r in records)

@@ -163,7 +163,7 @@ class UnitRunner:
             cfg.languages, loop_ngram=cfg.checks.loop_ngram, loop_threshold=cfg.checks.loop_threshold,
             min_language_score=cfg.checks.min_language_score, use_langid=cfg.checks.langid_package,
         )  # fmt: skip
-        self.drafters: dict[tuple[str, str], Any] = {}
+        self.drafters: dict[tuple[str, str, str], Any] = {}  # (setting, language, task) -> drafter
         self.prompts: dict[tuple[str, str], list[Prompt]] = {}
         self.versions = versions()
         self.machine = machine_fingerprint(target)
@@ -184,11 +184,13 @@ class UnitRunner:
         if it.drafter == BASELINE:
             drafter = make_drafter("none", self.target)
         else:
-            dkey = (it.drafter, it.language)
+            # A drafter is built for its task too: a spec's {task} and an auto setting's route
+            # name the task's own drafter, so a cached one must never serve another task.
+            dkey = (it.drafter, it.language, it.task)
             if dkey not in self.drafters:
-                self._drop_other_languages(it.language)
+                self._drop_other_cells(it.language, it.task)
                 try:
-                    spec = self.specs[dkey].replace("{task}", it.task)
+                    spec = resolved_spec(self.specs, it)
                     self.drafters[dkey] = make_drafter(spec, self.target, lang=it.language, task=it.task)
                 except (ValueError, ImportError, OSError) as exc:
                     self.log(f"skipping {it.drafter} for {it.language}: cannot build it: {exc}")
@@ -211,13 +213,19 @@ class UnitRunner:
         self.drafters.clear()
         gc.collect()
 
-    def _drop_other_languages(self, lang: str) -> None:
-        # One language's drafters at a time: distilled students are whole models.
-        stale = [k for k in self.drafters if k[1] != lang]
+    def _drop_other_cells(self, lang: str, task: str) -> None:
+        # One language and task's drafters at a time: distilled students are whole models.
+        stale = [k for k in self.drafters if k[1:] != (lang, task)]
         for k in stale:
             del self.drafters[k]
         if stale:
             gc.collect()
+
+
+def resolved_spec(specs: dict[tuple[str, str], str], it: WorkItem) -> str:
+    """The drafter spec a work item runs: its setting's spec for the language, ``{task}``
+    filled with the item's task."""
+    return specs[(it.drafter, it.language)].replace("{task}", it.task)
 
 
 def make_record(it: WorkItem, result, check, prompt: Prompt, specs: dict[tuple[str, str], str],
@@ -227,14 +235,15 @@ def make_record(it: WorkItem, result, check, prompt: Prompt, specs: dict[tuple[s
     return ExampleRecord(
         language=it.language, task=it.task, drafter=it.drafter, gamma=it.gamma,
         prompt_index=it.prompt_index, seed=it.seed,
-        drafter_spec=BASELINE if it.drafter == BASELINE else specs[(it.drafter, it.language)],
+        drafter_spec=BASELINE if it.drafter == BASELINE else resolved_spec(specs, it),
         trained_on=trained_on.get(it.drafter, ""),
         # NaN where nothing was judged or drafted: stored as NULL, never as 0
         alpha=result.alpha, alpha_token=result.alpha_token,
         mean_accepted_length=result.mean_accepted_length,
         proposed=result.proposed, accepted=result.accepted, rejections=result.rejections,
         steps=result.steps, accepted_per_step=list(result.accepted_per_step),
-        proposed_per_step=list(result.proposed_per_step),
+        proposed_per_step=list(result.proposed_per_step), depth_per_step=list(result.depth_per_step),
+        rejected_per_step=list(result.rejected_per_step),
         draft_seconds=result.draft_seconds, target_seconds=result.target_seconds,
         wall_seconds=result.wall_seconds, prefill_seconds=result.prefill_seconds,
         draft_start_seconds=result.draft_start_seconds,
