@@ -52,8 +52,8 @@ class Router:
     version: int = ROUTER_VERSION
 
     def route(self, language: str, task: str | None = None) -> Route:
-        """The route for ``language`` and ``task``; without a task, the per-language route
-        (task ``"*"``): the setting whose worst task is best."""
+        """The route for ``language`` and ``task``; without a task, or for a task with no route
+        of its own, the per-language route (task ``"*"``): the setting whose worst task is best."""
         mine = [r for r in self.routes if r.language == language]
         if not mine:
             known = ", ".join(sorted({r.language for r in self.routes})) or "none"
@@ -61,10 +61,10 @@ class Router:
                 f"the router has no route for language {language!r}; it knows: {known}. "
                 f"Run `babelspec run` on a config that includes {language!r}."
             )
-        wanted = ANY_TASK if task is None else task
-        for r in mine:
-            if r.task == wanted:
-                return r
+        for wanted in (ANY_TASK,) if task is None else (task, ANY_TASK):  # a task's own route, else every task's
+            for r in mine:
+                if r.task == wanted:
+                    return r
         known = ", ".join(sorted({r.task for r in mine}))
         raise ValueError(f"the router has no route for {language!r} / task {task!r}; tasks: {known}")
 

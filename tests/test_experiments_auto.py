@@ -116,3 +116,17 @@ def test_online_switch_off_counts_the_tokens_actually_drafted():
     _drive(drafter, [1, 0] * (WARMUP_STEPS // 2))
     assert drafter.online_speedup() == pytest.approx(1.5 / 1.4)
     assert drafter.drafting
+
+
+def test_a_route_for_every_task_fills_its_spec_with_the_requests_task(target, tmp_path):
+    from ngram_tiny import CORPUS, word_tokenizer
+
+    from babelspec.ngram import CountConfig, train
+
+    train(CORPUS, word_tokenizer(), CountConfig(order=2)).save(tmp_path / "story.ngram")
+    path = _router(tmp_path / "router.json", [
+        {"language": "amh", "task": "*", "drafter": "bigram", "spec": f"ngram:{tmp_path}/{{task}}.ngram",
+         "gamma": 2, "c": 0.0},
+    ])  # fmt: skip
+    drafter = make_drafter(f"auto:{path}", target, lang="amh", task="story")
+    assert drafter.inner.name == "ngram:story.ngram"

@@ -153,3 +153,15 @@ def test_routes_carry_the_measured_verify_and_draft_costs(records):
     amh = build_router(records, SPECS).route("amh", "story")
     assert amh.verify_cost == pytest.approx(1.0)  # the fixture's forwards all take 10 ms
     assert amh.draft_cost == pytest.approx(0.1)
+
+
+def test_a_route_of_one_task_names_that_tasks_drafter(records):
+    # a setting's {task} is filled for a route of one task, and kept for the route of every
+    # task ("*"), where the auto drafter fills it with the request's task
+    specs = {(d, lang): f"ngram:{d}-{{task}}.ngram" for d in ("fast", "slow") for lang in ("amh", "yor")}
+    router = build_router(records, specs)
+    chosen = [r for r in router.routes if r.drafter != "none"]
+    assert any(r.task != "*" for r in chosen)
+    for r in chosen:
+        template = specs[(r.drafter, r.language)]
+        assert r.spec == (template if r.task == "*" else template.replace("{task}", r.task))
