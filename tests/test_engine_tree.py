@@ -310,3 +310,44 @@ def test_the_tree_oracle_replays_the_chain_and_bounds_real_trees(real_bigram):
     assert oracle_steps(probe, prompt, truth, 8, 1) == chain.steps
     assert oracle_steps(probe, prompt, truth, 8, 4) <= tree.steps
     assert oracle_steps(probe, prompt, truth, 8, 4) < chain.steps
+
+
+class LeafTreeDrafter(Drafter):
+    """Four chains of two from the pending token, the first one the target's own greedy
+    continuation (``truth``): under greedy decoding every step ends at a leaf."""
+
+    name = "leaf-tree"
+    vocab_size = VOCAB
+
+    def __init__(self, truth: list[int]) -> None:
+        self.truth = truth
+
+    def start(self, context_ids, sampling, generator) -> None:
+        self.pos = 0
+
+    def propose(self, gamma: int) -> Draft:
+        right = self.truth[self.pos : self.pos + 2]
+        wrong = [t for t in range(VOCAB) if t != right[0]][:3]
+        tokens = right + [x for w in wrong for x in (w, w)]
+        return Draft.tree(tokens, [-1, 0, -1, 2, -1, 4, -1, 6], Probs.point(tokens), forwards=len(tokens))
+
+    def commit(self, n_accepted: int, next_token: int) -> None:
+        raise AssertionError("a tree is committed by its path")
+
+    def commit_path(self, accepted: list[int], next_token: int) -> None:
+        assert accepted == self.truth[self.pos : self.pos + 2]  # the leaf of the right chain
+        self.pos += len(accepted) + 1
+
+
+def test_f_of_a_tree_whose_steps_all_end_at_a_leaf_is_its_bound(gemma):
+    """A step keeps at most depth + 1 = 3 tokens; it pays for 8 nodes: f = 3 / (8 c + 1)."""
+    target = Target(gemma, forward="lean")
+    greedy = SamplingConfig(greedy=True)
+    plain = generate(target, _none(), PROMPT, max_new_tokens=12, sampling=greedy)
+    res = generate(target, LeafTreeDrafter(plain.token_ids), PROMPT, gamma=2, max_new_tokens=12, sampling=greedy)
+    assert res.token_ids == plain.token_ids and res.steps == 4
+    assert res.proposed_per_step == [8] * 4 and res.depth_per_step == [2] * 4
+    assert res.accepted_per_step == [2] * 4 and res.rejected_per_step == [0] * 4
+    assert res.alpha == 1.0 and res.rejections == 0
+    assert res.theoretical_speedup() == pytest.approx(3 / (8 * res.c + 1))
+    assert res.theoretical_speedup(c=0.0) == pytest.approx(3.0)  # never above what a step keeps

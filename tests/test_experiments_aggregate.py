@@ -255,3 +255,33 @@ def test_quantization_cost_sets_each_int8_setting_beside_the_bf16_head_of_its_la
                                                           "self:12", "ngram:x.ngram")}  # fmt: skip
     assert shapes == {"head:amh": (False, ""), "self:12@amh": (False, "12"), "int8:12@": (True, "12"),
                       "int8:npi": (True, ""), "self:12": None, "ngram:x.ngram": None}  # fmt: skip
+
+
+def _tree_record(prompt: int, legacy: bool = False):
+    """Four steps of a tree of 8 nodes and depth 2 (four chains of two), each ending at a leaf."""
+    r = record("yor", "story", "tree", 2, prompt, wall=1.0, c=0.05,
+               accepted_per_step=[2] * 4, proposed_per_step=[8] * 4)  # fmt: skip
+    r.rejections, r.alpha = 0, 1.0  # every step ran out of draft: nothing was rejected
+    if not legacy:
+        r.depth_per_step, r.rejected_per_step = [2] * 4, [0] * 4
+    return r
+
+
+def test_f_of_a_tree_follows_its_depth_for_the_tokens_kept_and_its_nodes_for_the_cost():
+    [s] = agg.setting_stats([_tree_record(p) for p in range(2)])
+    assert s.alpha_mean == 1.0 and s.depth_per_step == 2 and s.drafted_per_step == 8
+    assert s.theoretical_f == pytest.approx(3 / (8 * s.c + 1))  # the bound: 3 tokens a step
+    assert s.acceptance_by_draft_position == [1.0, 1.0]  # along the path, not over the nodes
+    assert s.acceptance_by_output_position == [1.0]  # no step ended in a rejection
+    assert theoretical_speedup(0.7, 2, 0.0, nodes=8) <= 3 < theoretical_speedup(0.7, 8, 0.0)
+
+
+def test_a_tree_from_a_store_without_depths_has_no_f():
+    # before depths were stored, a tree's node counts were all there was: its f is unknown,
+    # not the f of a chain of 8 (which would exceed what a step can keep)
+    [s] = agg.setting_stats([_tree_record(p, legacy=True) for p in range(2)])
+    assert math.isnan(s.theoretical_f) and math.isnan(s.depth_per_step)
+    assert all(math.isnan(a) for a in s.acceptance_by_draft_position)
+    chain = record("yor", "story", "chain", 2, 0, wall=1.0, accepted_per_step=[2, 0], proposed_per_step=[2, 2])
+    [c] = agg.setting_stats([chain])  # a chain's depths are its node counts
+    assert c.depth_per_step == 2 and c.acceptance_by_output_position == [2 / 3]
