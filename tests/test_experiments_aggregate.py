@@ -67,15 +67,15 @@ def test_best_gamma_and_language_summary(stats, records):
     assert summary[("yor", "story")].speedup == pytest.approx(0.8)
 
 
-def test_drafter_means_show_the_worst_language(stats):
-    [row] = [r for r in agg.drafter_means(stats) if r["task"] == "story" and r["drafter"] == "fast"]
+def test_drafter_means_show_the_worst_language(records):
+    [row] = [r for r in agg.drafter_means(agg.held_out_best(records)) if r["task"] == "story" and r["drafter"] == "fast"]
     assert row["speedup_mean"] == pytest.approx((2.0 + 0.8) / 2)
     assert row["speedup_worst"] == pytest.approx(0.8)
     assert row["worst_language"] == "yor"
 
 
-def test_cross_task_matrix_marks_in_task_and_held_out(stats):
-    m = agg.cross_task_matrix(stats)
+def test_cross_task_matrix_marks_in_task_and_held_out(records):
+    m = agg.cross_task_matrix(agg.held_out_best(records))
     assert m["fast"]["translation"]["in_task"] == 1.0
     assert m["fast"]["story"]["in_task"] == 0.0
     assert math.isnan(m["slow"]["story"]["in_task"])
@@ -285,3 +285,18 @@ def test_a_tree_from_a_store_without_depths_has_no_f():
     chain = record("yor", "story", "chain", 2, 0, wall=1.0, accepted_per_step=[2, 0], proposed_per_step=[2, 2])
     [c] = agg.setting_stats([chain])  # a chain's depths are its node counts
     assert c.depth_per_step == 2 and c.acceptance_by_output_position == [2 / 3]
+
+
+def test_tables_that_choose_gamma_report_held_out_prompts():
+    # amh: γ 2 wins on the even (choosing) prompts, 3x; on the odd ones it is 1.2x and γ 3 is
+    # 2.5x there. In-sample choice would report γ 3 (or 3x); held out, γ 2 at 1.2x.
+    rows = []
+    for p in range(4):
+        rows.append(record("amh", "story", "none", 0, p, wall=3.0))
+        rows.append(record("amh", "story", "ng", 2, p, wall=1.0 if p % 2 == 0 else 2.5))
+        rows.append(record("amh", "story", "ng", 3, p, wall=1.5 if p % 2 == 0 else 1.2))
+    [best] = agg.held_out_best(rows)
+    assert best.gamma == 2 and best.speedup == pytest.approx(1.2) and best.selection_speedup == pytest.approx(3.0)
+    [row] = agg.drafter_means([best])
+    assert row["speedup_mean"] == pytest.approx(1.2) and row["speedup_worst"] == pytest.approx(1.2)
+    assert agg.cross_task_matrix([best])["ng"]["story"]["speedup"] == pytest.approx(1.2)

@@ -160,7 +160,8 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         [[r["task"], r["drafter"], r["trained_on"] or "–", str(r["languages"]), _f(r["alpha_mean"]),
           _f(r["f_mean"], suffix="x"), _f(r["speedup_mean"], suffix="x"),
           _f(r["speedup_worst"], suffix="x"), r["worst_language"]] for r in a["drafter_means"]],
-        caption="Each drafter at its best γ per language.",
+        caption="Each drafter at its best γ per language: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts. The worst language is picked, "
+        "like the headline's, by its speedup on the choosing prompts.",
     ))  # fmt: skip
 
     # --- full table ---
@@ -181,7 +182,10 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "c = median over generations of (mean draft forward / mean target forward). "
         "Verify cost = median verification forward (γ + 1 tokens) over the median plain decode "
         "step; the paper's f assumes it is 1, f (verify cost) puts the measured value in its place "
-        "(f' = (1 − α^(γ+1)) / ((1 − α)(γ c' + v)), c' = draft forward over a plain step). "
+        "(f' = (1 − α^(d+1)) / ((1 − α)(n c' + v)), c' = draft forward over a plain step). "
+        "f takes d = the tokens on the longest path of a step's draft and n = its drafted tokens, "
+        "means per step: a chain has d = n, a token tree keeps at most d + 1 tokens a step and "
+        "pays for its n nodes. "
         "In language: script check and the character n-gram classifier trained on the bundled "
         "corpora agree; lang-ID: py3langid where it covers the language (amh, npi, oci, que). "
         "Looping: repeated word 4-gram ratio ≥ the configured threshold.",
@@ -203,7 +207,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             cells.append(f"α {_f(c['alpha'])}, {_f(c['speedup'], suffix='x')}{tag}")
         rows.append([d, *cells])
     blocks.append(Table(["drafter \\ evaluated on", *tasks], rows,
-                        caption="Means over languages at each language's best γ."))  # fmt: skip
+                        caption="Means over languages at each language's best γ: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."))  # fmt: skip
 
     # --- quantization by language ---
     quant = a.get("quantization") or []
@@ -271,13 +275,14 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
     for task in sorted({b["task"] for b in best}):
         figure_specs.append((f"fig3-alpha-{task}", figs.per_language_bars(best, task, "alpha_mean", "α (best γ)",
                                                                           interval=("alpha_low", "alpha_high")),
-                             f"Fig. 3 — acceptance α per language and drafter, {task} (bars: BCa 95% intervals over prompts)."))
+                             f"Fig. 3 — acceptance α per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts "
+                             "(bars: BCa 95% intervals over held-out prompts)."))
         figure_specs.append((f"fig4-speedup-{task}", figs.per_language_bars(best, task, "speedup", "measured speedup", True,
                                                                             interval=("speedup_low", "speedup_high")),
-                             f"Fig. 4 — measured wall-clock speedup per language and drafter, {task} "
-                             "(dashed: plain decoding; bars: BCa 95% intervals over prompts)."))
+                             f"Fig. 4 — measured wall-clock speedup per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts "
+                             "(dashed: plain decoding; bars: BCa 95% intervals over held-out prompts)."))
         figure_specs.append((f"fig4b-theoretical-{task}", figs.per_language_bars(best, task, "theoretical_f", "theoretical f", True),
-                             f"Fig. 4b — theoretical f per language and drafter, {task}."))
+                             f"Fig. 4b — theoretical f per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."))
     figure_specs += [
         ("fig1-paper-table", figs.paper_table(a.get("paper_table") or [], PAPER_MEANS),
          "Fig. 1 — the paper's comparison: held-out α and measured speedup per drafter and task, means "
@@ -286,13 +291,14 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
          "Fig. 10 — learning curves of the distilled drafters: dev loss and expected α on held-out "
          "translation prompts by step (circles: the kept step)."),
         ("fig5-task-tradeoff", figs.task_tradeoff(best),
-         "Fig. 5 — in-task versus held-out task: α on translation against α on stories (stars: means)."),
+         "Fig. 5 — in-task versus held-out task: α on translation against α on stories (stars: means); "
+         "γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."),
         ("fig6-measured-vs-theoretical", figs.measured_vs_theoretical(settings),
          "Fig. 6 — measured wall-clock speedup against theoretical f, every cell."),
         ("fig7-latency-per-char", figs.latency_per_char(langs),
          "Fig. 7 — milliseconds per generated character, plain decoding and the best setting."),
         ("fig8-acceptance-by-position", figs.acceptance_by_position(best),
-         "Fig. 8 — acceptance along the output."),
+         "Fig. 8 — acceptance along the output at each drafter's best γ: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."),
         ("fig9-divergence", figs.divergence_vs_resources(div, corpus, a.get("divergence_correlation", {})),
          "Fig. 9 — draft/target TV per character against the bundled corpus size."),
     ]  # fmt: skip
