@@ -23,6 +23,31 @@ def exact_pair_distribution(model, prompt: list[int], config: SamplingConfig) ->
     return joint.flatten()
 
 
+def exact_joint_distribution(model, prompt: list[int], config: SamplingConfig, n: int) -> torch.Tensor:
+    """P(t1, ..., tn | prompt) under the warped target distributions, by enumeration over the
+    sequences the warping leaves possible (flattened, t1 most significant)."""
+
+    def row(seq: list[int]) -> torch.Tensor:
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1:]
+        return logits_to_probs(logits, config, torch.tensor(seq), len(seq))[0]
+
+    vocab = model.config.vocab_size
+    joint = torch.zeros(vocab**n, dtype=torch.float64)
+
+    def walk(seq: list[int], prob: float, index: int, depth: int) -> None:
+        if depth == n:
+            joint[index] = prob
+            return
+        q = row(seq)
+        for t in range(vocab):
+            if q[t] > 0:
+                walk(seq + [t], prob * float(q[t]), index * vocab + t, depth + 1)
+
+    walk(list(prompt), 1.0, 0, 0)
+    return joint
+
+
 def chi_square_pvalue(counts, probs) -> float:
     """Chi-square goodness of fit of ``counts`` to ``probs``; cells expecting < 5 are pooled."""
     counts = np.asarray(counts, dtype=np.float64)

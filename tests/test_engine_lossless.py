@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from stats import chi_square_pvalue, exact_pair_distribution
+from stats import chi_square_pvalue, exact_joint_distribution, exact_pair_distribution
 from tiny import FixedDrafter, tiny_qwen3
 
 from babelspec.drafters.base import Draft
@@ -79,3 +79,67 @@ def test_one_judged_token_follows_the_target_row(form):
         n, nxt = accept_or_reject(Probs(q), draft, rng)
         counts[int(draft.tokens[0]) if n == 1 else nxt] += 1
     assert chi_square_pvalue(counts, q[0]) > 1e-3
+
+
+# The joint law of 4 tokens drafted at γ = 3: every draft position is judged (and its residual
+# drawn from), under top-k, top-p, temperature and a repetition penalty whose window (2) is
+# shorter than the draft, so the penalised ids move inside one verification.
+JOINT_VOCAB, JOINT_TOKENS, JOINT_SAMPLES = 5, 4, 2500
+JOINT_CONFIG = SamplingConfig(temperature=1.2, top_k=4, top_p=0.95, repetition_penalty=1.5, repetition_window=2)
+JOINT_P = torch.tensor([0.10, 0.10, 0.50, 0.20, 0.10])  # near the target's rows: positions 0-2 judged
+JOINT_PROMPT = [1, 4, 2]
+
+
+class MisreportedAtTwo(FixedDrafter):
+    """Draws as ``FixedDrafter`` (dense) but reports its row at draft position 2 as a point mass
+    on its most likely token: there the judgement and the residual draw use a wrong draft
+    distribution (a lossless check must see it)."""
+
+    def propose(self, gamma: int) -> Draft:
+        draft = super().propose(gamma)
+        if len(draft) < 3:
+            return draft
+        rows = self.p.repeat(len(draft), 1)
+        rows[2] = torch.eye(len(self.p))[int(self.p.argmax())]
+        return Draft(tokens=draft.tokens, probs=Probs(rows), forwards=draft.forwards)
+
+
+def _joint_counts(target, drafter) -> tuple[torch.Tensor, int]:
+    counts = torch.zeros(JOINT_VOCAB**JOINT_TOKENS)
+    deep = 0  # generations whose first step judged draft position 2
+    for seed in range(JOINT_SAMPLES):
+        cfg = SamplingConfig(**{**JOINT_CONFIG.to_dict(), "seed": seed})
+        result = generate(target, drafter, JOINT_PROMPT, gamma=3, max_new_tokens=JOINT_TOKENS, sampling=cfg)
+        index = 0
+        for t in result.token_ids:
+            index = index * JOINT_VOCAB + t
+        counts[index] += 1
+        deep += result.accepted_per_step[0] >= 2
+    return counts, deep
+
+
+@pytest.fixture(scope="module")
+def joint_model():
+    return tiny_qwen3(vocab=JOINT_VOCAB, seed=5)
+
+
+@pytest.fixture(scope="module")
+def joint_exact(joint_model):
+    return exact_joint_distribution(joint_model, JOINT_PROMPT, JOINT_CONFIG, JOINT_TOKENS)
+
+
+@pytest.mark.parametrize("form", ["dense", "point"])
+def test_four_tokens_at_gamma_three_follow_the_target_joint_law(joint_model, joint_exact, form):
+    if form == "point":  # the target's most likely first token, as a point mass at every position
+        drafter = FixedDrafter(torch.eye(JOINT_VOCAB)[joint_exact.view(JOINT_VOCAB, -1).sum(1).argmax()], form)
+    else:
+        drafter = FixedDrafter(JOINT_P, form)
+    counts, deep = _joint_counts(Target(joint_model), drafter)
+    assert deep > JOINT_SAMPLES // 20  # draft position 2 was judged often
+    assert chi_square_pvalue(counts, joint_exact) > 1e-3
+
+
+def test_the_joint_check_sees_a_wrong_residual_at_draft_position_two(joint_model, joint_exact):
+    counts, deep = _joint_counts(Target(joint_model), MisreportedAtTwo(JOINT_P, "dense"))
+    assert deep > JOINT_SAMPLES // 20
+    assert chi_square_pvalue(counts, joint_exact) < 1e-6
