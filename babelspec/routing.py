@@ -151,10 +151,11 @@ def _absolute_spec(spec: str, base: Path) -> str:
 
 
 def default_router_path() -> Path:
-    """Where ``auto`` (no file) looks: $BABELSPEC_ROUTER, else the user cache's router.json."""
+    """Where ``auto`` (no file) looks: $BABELSPEC_ROUTER, else router.json in babelspec's cache
+    directory (``models.cache_dir``: $BABELSPEC_CACHE, else the user cache)."""
     env = os.environ.get("BABELSPEC_ROUTER")
     if env:
         return Path(env)
-    from platformdirs import user_cache_dir
+    from babelspec.models.userdir import cache_dir
 
-    return Path(user_cache_dir("babelspec")) / "router.json"
+    return cache_dir() / "router.json"

@@ -83,3 +83,5 @@ def test_a_run_without_the_papers_drafters_says_what_was_not_measured():
     found = paper.findings(agg.paper_table(rows))
     assert [f.verdict for f in found[:3]] == ["not measured"] * 3
     assert "baseline" in found[0].evidence
+    # the bigram alone: nothing to compare it with
+    assert found[3].verdict == "not measured" and "the others not measured" in found[3].evidence

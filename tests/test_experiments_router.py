@@ -165,3 +165,13 @@ def test_a_route_of_one_task_names_that_tasks_drafter(records):
     for r in chosen:
         template = specs[(r.drafter, r.language)]
         assert r.spec == (template if r.task == "*" else template.replace("{task}", r.task))
+
+
+def test_the_default_router_lives_in_babelspecs_cache_directory(tmp_path, monkeypatch):
+    from babelspec.routing import default_router_path
+
+    monkeypatch.delenv("BABELSPEC_ROUTER", raising=False)
+    monkeypatch.setenv("BABELSPEC_CACHE", str(tmp_path / "cache"))
+    assert default_router_path() == tmp_path / "cache" / "router.json"
+    monkeypatch.setenv("BABELSPEC_ROUTER", str(tmp_path / "mine.json"))
+    assert default_router_path() == tmp_path / "mine.json"

@@ -114,8 +114,11 @@ def findings(table: list[dict[str, Any]]) -> list[Finding]:
             others = [row[(t, d)] for d in PAPER_MEANS if d != "bigram" and (t, d) in row]
             signs += [compare(row[(t, "bigram")], o, "speedup") for o in others]
             parts.append(f"{t}: bigram speedup {_fmt(row[(t, 'bigram')], 'speedup')}x, the others "
-                         + ", ".join(f"{o['drafter']} {_fmt(o, 'speedup')}x" for o in others))
-        verdict = NOT_REPRODUCED if -1 in signs else REPRODUCED if signs and all(s == 1 for s in signs) else INCONCLUSIVE
+                         + (", ".join(f"{o['drafter']} {_fmt(o, 'speedup')}x" for o in others) or "not measured"))
+        if not signs:  # nothing to compare the bigram with
+            verdict = "not measured"
+        else:
+            verdict = NOT_REPRODUCED if -1 in signs else REPRODUCED if all(s == 1 for s in signs) else INCONCLUSIVE
         out.append(Finding(claim, verdict, "; ".join(parts)))
     return out
 

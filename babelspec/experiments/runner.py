@@ -12,7 +12,6 @@ compares generations measured side by side on one machine under the same load.
 from __future__ import annotations
 
 import gc
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -327,9 +326,9 @@ class _stage:
 
 def _artifact_root(cfg: ExperimentConfig, out: Path) -> Path:
     if cfg.shared_cache:
-        from platformdirs import user_cache_dir
+        from babelspec.models import cache_dir
 
-        return Path(os.environ.get("BABELSPEC_CACHE") or user_cache_dir("babelspec")) / "artifacts"
+        return cache_dir() / "artifacts"
     return out / "artifacts"
 
 
