@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test install clean
+.PHONY: demo test test-peers install clean
 
 install: $(STAMP)
 
@@ -20,8 +20,8 @@ $(STAMP): pyproject.toml Makefile | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,serve,ray]'
 	touch $(STAMP)
 
-# The llamacpp extra (the llama.cpp peer of bench peers), for the suite to test its adapter; not
-# needed by the demo. llama-cpp-python builds from source (about 12 minutes on 2 cores). Its
+# The llamacpp extra (the llama.cpp peer of bench peers), for `make test-peers` to test its adapter;
+# needed by neither the demo nor `make test`. llama-cpp-python builds from source (about 12 minutes on 2 cores). Its
 # default native build died of SIGILL on first use on an Intel Xeon that reports AMX, so the
 # instruction sets are named one by one: AVX2, plus each AVX-512 extension /proc/cpuinfo lists
 # (the peer as strong as this CPU allows; AMX left out). No wheel cache: pip keys it by version,
@@ -43,11 +43,15 @@ demo: $(STAMP)
 	$(BIN)/babelspec report runs/demo
 
 # The layout's contracts (pyproject.toml: the layers, serve and the study independent) and the
-# linter come first: an upward import, a cycle or a lint error fails the suite.
-test: $(LLAMA_STAMP)
+# linter come first: an upward import, a cycle or a lint error fails the suite. The peers' tests
+# (marked `peers`: they need a peer built from source) are `make test-peers`; .ci/run runs both.
+test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not peers"
+
+test-peers: $(LLAMA_STAMP)
+	$(BIN)/python -m pytest -q -m peers
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

@@ -7,7 +7,8 @@ import pytest
 from babelspec.bench.llamacpp import LlamaCppUnavailable, gguf_for, open_llama_cpp
 from babelspec.models import DEFAULT_TARGET, load_tokenizer
 
-pytest.importorskip("llama_cpp", reason="the llamacpp extra (make test installs it)")
+pytestmark = pytest.mark.peers
+pytest.importorskip("llama_cpp", reason="the llamacpp extra (make test-peers installs it)")
 
 
 @pytest.fixture(scope="module")
