@@ -239,7 +239,7 @@ def _packed_product(x: torch.Tensor, packed: torch.Tensor, pad_row: bool) -> tor
     as two (the row twice) and the first kept: oneDNN multiplies one row with another kernel
     than two or more, whose sums can round differently (on a Zen 4 CPU 16 % of the rows of the
     2048-wide down projection differed in some bit from the row alone, and none from the padded
-    row: ``benchmarks/row_invariance.py``), so a decode step computes the product as a
+    row: ``benchmarks/results/row_invariance.json``), so a decode step computes the product as a
     verification block does."""
     if pad_row and x.shape[-2] == 1:
         return torch.ops.mkldnn._linear_pointwise(torch.cat([x, x], -2), packed, None, "none", [], "")[..., :1, :]
@@ -297,7 +297,7 @@ class Linears:
     """``[x @ w.T for w in weights]`` for projections of one input (q, k, v; gate, up). Packed
     bf16 weights are also stacked into one oneDNN product for blocks of up to
     ``MERGE_MAX_TOKENS`` rows, split after: one pass over the input instead of two or three
-    (``benchmarks/lean_fusion.py``). Longer blocks take ``F.linear`` on each weight, as Hugging
+    (``benchmarks/results/lean_fusion.json``). Longer blocks take ``F.linear`` on each weight, as Hugging
     Face does. Unpacked (float32) weights are never stacked: MKL picks its float32 kernels by
     shape, so a stacked product would round differently."""
 
@@ -413,7 +413,7 @@ class W8A8Linear(_StackedProduct):
     """``x @ weight.T`` on int8 weights and int8 activations (W8A8): oneDNN's quantized product
     (``qlinear_pointwise``), exact int32 sums under one scale per weight row and one per
     activation row, so every row of a block gets the bits it gets alone, and a 262k-row output
-    head reads in half bf16's time at 1-16 rows (``benchmarks/product_routes.py``). Before
+    head reads in half bf16's time at 1-16 rows (``benchmarks/results/product_routes.json``). Before
     quantization the input channels are smoothed as in SmoothQuant (Xiao et al. 2023):
     ``s_j = amax_j**alpha / max|W_j|**(1 - alpha)``, with ``amax`` each input channel's largest
     magnitude on calibration text; the activation is divided by ``s`` and the weight multiplied
@@ -592,7 +592,7 @@ class LeanGemma3:
         self.cache_dtype = self.dtype
         # the int8 drafter (its own model: no bits to keep equal to the target's) also attends in
         # float32 over a float32 cache: oneDNN's bf16 products pay 50-80 µs for each new context
-        # length, MKL's float32 ones 17 µs (``benchmarks/native_glue.py``)
+        # length, MKL's float32 ones 17 µs (``benchmarks/results/native_glue.json``)
         self.glue: Glue | None = None
         if quantize == "int8" and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
@@ -620,14 +620,14 @@ class LeanGemma3:
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
         # bf16 blocks of up to MERGE_MAX_TOKENS rows (with the merges, which ``fuse`` turns off):
         # the norms, residual adds and the queries' and keys' rotation in C (``native``), row by
-        # row, so a verification row still rounds as a decode row (``benchmarks/native_glue.py``)
+        # row, so a verification row still rounds as a decode row (``benchmarks/results/native_glue.json``)
         if (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
                 and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
             self.glue = glue()
             # and attention in float32 over a float32 cache where MKL's float32 products give a
             # block's rows a decode step's bits (``float32_attention_rows_agree``): oneDNN's bf16
             # products pay 50-80 µs for each context length they have not seen, 2.5 ms of a
-            # 29 ms decode step (``benchmarks/native_glue.py``). The prefill still attends in
+            # 29 ms decode step (``benchmarks/results/native_glue.json``). The prefill still attends in
             # bf16, on the cache's values cast back (exactly), as Hugging Face does
             groups = self.heads // self.kv_heads
             if self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):

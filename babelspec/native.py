@@ -5,7 +5,7 @@ products, cast back).
 A bf16 decode step of Gemma-3-270M runs some 1,300 such operations at 3-6 µs each, most of a
 drafter's step beside its products. ``torch.compile`` removes the operations but not the cost
 of a call: a compiled norm-and-residual region costs 28 µs a call against 32 µs eager, and this
-C version 5 µs (``benchmarks/native_glue.py``). The functions (``native.c``) are plain C on
+C version 5 µs (``benchmarks/results/native_glue.json``). The functions (``native.c``) are plain C on
 raw bf16 buffers, built once per source with the system's C compiler into the user cache
 (``models.cache_dir``) and loaded with ``ctypes``: no torch headers, a build of about a
 second, no instructions beyond the compiler's default target, so the same file runs on any

@@ -22,13 +22,12 @@ def test_native_bf16_is_read_from_the_cpu_flags(tmp_path, flags, native) -> None
     assert loader.cpu_has_native_bf16(_cpuinfo(tmp_path, flags)) is native
 
 
-def test_auto_is_bf16_only_on_a_cpu_with_native_bf16(monkeypatch) -> None:
+def test_auto_is_bf16_only_on_a_cpu_with_native_bf16(tmp_path) -> None:
     cpu = torch.device("cpu")
-    monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: True)
-    assert loader.resolve_dtype("auto", cpu) == torch.bfloat16
-    assert loader.resolve_dtype(None, cpu) == torch.bfloat16
-    monkeypatch.setattr(loader, "cpu_has_native_bf16", lambda: False)
-    assert loader.resolve_dtype("auto", cpu) == torch.float32
+    native = _cpuinfo(tmp_path, "avx512f avx512_bf16")
+    assert loader.resolve_dtype("auto", cpu, cpuinfo=native) == torch.bfloat16
+    assert loader.resolve_dtype(None, cpu, cpuinfo=native) == torch.bfloat16
+    assert loader.resolve_dtype("auto", cpu, cpuinfo=_cpuinfo(tmp_path, "avx512f avx2")) == torch.float32
 
 
 def test_dtype_names_and_aliases() -> None:

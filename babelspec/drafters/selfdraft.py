@@ -100,8 +100,6 @@ class SelfDrafter(ModelDrafter):
     again: the draft's prefill costs nothing.
     """
 
-    TARGET_ROWS = "accepted"  # the target's rows a commit takes: "accepted", "missing" (only those never forwarded) or "none"
-
     def __init__(self, model: torch.nn.Module, target: Target | None, n_shared: int, name: str) -> None:
         super().__init__(model, name=name)
         self.target = target
@@ -133,17 +131,18 @@ class SelfDrafter(ModelDrafter):
 
     def commit(self, n_accepted: int, next_token: int) -> None:
         """As every drafter commits; then, where the prompt's cache came from the target, the
-        draft's cache takes the target's keys and values for the tokens it just kept (``TARGET_ROWS``).
+        draft's cache takes the target's keys and values for the tokens it just kept.
 
         After a fully accepted draft the draft has not forwarded its last drafted token; without
         the target's row for it the next draft starts with a two-token forward, which costs an
         int8 drafter 1.3-1.6 one-token forwards. The target's rows are also the keys and values
-        the draft approximates: ``"accepted"`` replaces the draft's own rows of the accepted
-        tokens too, so the draft attends over exactly the target's context. Either way the
-        draft's probabilities are those it drafts from, so verification stays lossless."""
+        the draft approximates: they replace the draft's own rows of the accepted tokens too, so
+        the draft attends over exactly the target's context (taking only the missing row, or
+        none, measured slower: docs/benchmarks.md). The draft's probabilities are those it
+        drafts from, so verification stays lossless."""
         synced = len(self.ids) - 1  # the rows that were the target's: all but the pending token
         super().commit(n_accepted, next_token)
-        if not self._follows_target or self.TARGET_ROWS == "none":
+        if not self._follows_target:
             return
         if self.target.cached_len != len(self.ids) - 1:
             self._follows_target = False  # out of step with the target (never here in the engine's loop): stop
@@ -153,7 +152,7 @@ class SelfDrafter(ModelDrafter):
     @torch.inference_mode()  # a cache grown inside a forward holds inference tensors
     def _take_target_rows(self, synced: int) -> None:
         target = self.target
-        start = self.lm.cached_len if self.TARGET_ROWS == "missing" else synced
+        start = synced
         if start == target.cached_len:
             return
         if start < self.lm.cached_len:

@@ -48,7 +48,7 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(cpu_flags(cpuinfo) & {"avx512_bf16", "amx_bf16"})
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
+def default_dtype(device: torch.device, cpuinfo: str = "/proc/cpuinfo") -> torch.dtype:
     """bf16 where the hardware computes in it natively (CUDA with bf16 support, a CPU with
     AVX-512 BF16 or AMX), fp32 elsewhere. ``babelspec bench forward`` measures it. On this
     project's idle 2-core Xeon (2 threads, lean forward) a one-token decode is a little faster
@@ -59,20 +59,22 @@ def default_dtype(device: torch.device) -> torch.dtype:
 
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    if device.type == "cpu" and cpu_has_native_bf16():
+    if device.type == "cpu" and cpu_has_native_bf16(cpuinfo):
         return torch.bfloat16
     return torch.float32
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None) -> torch.dtype:
-    """A torch dtype from ``auto`` (or None), ``bfloat16``/``bf16``, ``float32``/``fp32``."""
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None = None,
+                  cpuinfo: str = "/proc/cpuinfo") -> torch.dtype:
+    """A torch dtype from ``auto`` (or None), ``bfloat16``/``bf16``, ``float32``/``fp32``;
+    ``auto`` reads the CPU's flags from ``cpuinfo``."""
     import torch
 
     if isinstance(dtype, torch.dtype):
         return dtype
     name = "auto" if dtype is None else _DTYPE_ALIASES.get(str(dtype).strip().lower(), str(dtype).strip().lower())
     if name == "auto":
-        return default_dtype(device if device is not None else default_device())
+        return default_dtype(device if device is not None else default_device(), cpuinfo)
     if name not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return getattr(torch, name)
