@@ -583,7 +583,7 @@ class LeanGemma3:
         self.layer_types = list(config.layer_types[: config.num_hidden_layers])
         self.approximate = "tanh" if config.hidden_activation == "gelu_pytorch_tanh" else "none"
         # bf16 on the CPU caches the keys transposed: q @ keys^T is then a product over a strided
-        # slice rather than a transposed view, 1.5-2x faster (``benchmarks/attention_keys.py``),
+        # slice rather than a transposed view, 1.5-2x faster (``benchmarks/results/attention_keys.json``),
         # and oneDNN's bf16 products give the same bits either way; MKL's float32 ones do not,
         # so float32 keeps Hugging Face's layout
         weight = body.embed_tokens.weight

@@ -89,6 +89,7 @@ def continuations(lang: str, task: str, tok, n: int, max_tokens: int) -> list[tu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="gemma-3-270m", help="a preset or a local model directory")
     ap.add_argument("--langs", default="amh,npi,yor")
     ap.add_argument("--tasks", default="translation,story")
     ap.add_argument("--prompts", type=int, default=8, help="prompts per language and task")
@@ -99,7 +100,7 @@ def main() -> None:
     args = ap.parse_args()
 
     sampling = SamplingConfig.paper()
-    target = load_target("gemma-3-270m")
+    target = load_target(args.target)
     tok = target.tokenizer
     results: dict = {"sampling": sampling.to_dict(), "configs": {k: {"order": o, **v} for k, (o, v) in CONFIGS.items()},
                      "langs": {}}

@@ -41,6 +41,7 @@ from babelspec.target import load_target
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="gemma-3-270m", help="a preset or a local model directory")
     ap.add_argument("--langs", default="amh,npi,yor")
     ap.add_argument("--tasks", default="story,translation")
     ap.add_argument("--tokens", type=int, default=8192, help="general-mode positions per language")
@@ -54,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
 
     sampling = SamplingConfig.paper()
-    target = load_target("gemma-3-270m", dtype=args.dtype)
+    target = load_target(args.target, dtype=args.dtype)
     tok = target.tokenizer
     results: dict = {"sampling": sampling.to_dict(), "execution": execution_info(target),
                      "args": {k: str(v) for k, v in vars(args).items()}, "cells": {}}

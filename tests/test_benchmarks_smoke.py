@@ -1,0 +1,59 @@
+"""The scripts in benchmarks/ run, on the tiny model and tiny sizes (their figures come from
+the real model; here only that they still work with the public API)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from experiments_fixtures import tiny_model_dir
+from serve_helpers import env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    return tiny_model_dir(tmp_path_factory.mktemp("bench") / "model")
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
+                          text=True, timeout=600, env=env(), cwd=ROOT)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_ngram_acceptance_runs(model, tmp_path):
+    out = tmp_path / "acc.json"
+    _run("ngram_acceptance.py", "--target", model, "--langs", "yor", "--tasks", "translation", "--prompts", "1",
+         "--max-tokens", "4", "--engine-prompts", "1", "--engine-tokens", "4", "-o", str(out))
+    result = json.loads(out.read_text())
+    assert result["langs"]["yor"]["tasks"]["translation"]["positions"] > 0
+
+
+def test_ngram_distill_runs(model, tmp_path):
+    out = tmp_path / "distil.json"
+    _run("ngram_distill.py", "--target", model, "--langs", "yor", "--tasks", "translation", "--tokens", "64",
+         "--train-prompts", "1", "--test-prompts", "1", "--max-new-tokens", "4", "--dtype", "float32", "-o", str(out))
+    assert json.loads(out.read_text())
+
+
+def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
+    # render into a copy of the docs and README, so the checkout stays as it is
+    import shutil
+
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "benchmarks", copy / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "docs").mkdir()
+    shutil.copy(ROOT / "README.md", copy / "README.md")
+    proc = subprocess.run([sys.executable, str(copy / "benchmarks" / "render_results.py")], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    tables = (copy / "docs" / "benchmark-results.md").read_text()
+    assert all(f"## {p.stem}\n" in tables for p in (ROOT / "benchmarks" / "results").glob("*.json"))
+    assert (copy / "README.md").read_text() == (ROOT / "README.md").read_text()  # the README is up to date
+    assert tables == (ROOT / "docs" / "benchmark-results.md").read_text()  # and so are the tables
