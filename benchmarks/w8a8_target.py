@@ -38,6 +38,8 @@ LANGS = ("amh", "npi", "yor", "grn", "ibo", "oci")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default=DEFAULT_TARGET, help="a preset or a local model directory")
+    parser.add_argument("--langs", default=",".join(LANGS))
     parser.add_argument("--alpha", type=float, default=lean.W8A8_ALPHA, help="SmoothQuant's migration strength (0: none)")
     parser.add_argument("--keep", default=",".join(lean.W8A8_KEEP), help="product kinds kept bf16 (qkv,o,gate_up,down)")
     parser.add_argument("--head-rows", type=int, default=0, help="calibrate the head on each text's last N rows (0: all)")
@@ -48,17 +50,18 @@ def main() -> None:
     parser.add_argument("-o", "--output")
     args = parser.parse_args()
     root = real_root("w8a8_target", args.data_root)
-    base = load_target(DEFAULT_TARGET, dtype="bfloat16")
-    quant = load_target(DEFAULT_TARGET, dtype="bfloat16")
+    base = load_target(args.target, dtype="bfloat16")
+    quant = load_target(args.target, dtype="bfloat16")
     keep = tuple(k for k in args.keep.split(",") if k)
     quantize_w8a8(quant.lean, lambda: calibrate(quant, head_rows=args.head_rows), args.alpha, keep)  # the mode's own calibration
     llama = None
     if args.llama_cpp:  # the same GGUF's weights (Q4_K_M) under llama.cpp's 8-bit activations
-        llama = open_llama_cpp(DEFAULT_TARGET, torch.get_num_threads(), logits_all=True)
+        llama = open_llama_cpp(args.target, torch.get_num_threads(), logits_all=True)
 
     greedy = SamplingConfig(greedy=True)
     runs = []
-    for lang in LANGS:
+    langs = args.langs.split(",")
+    for lang in langs:
         for p in flores_prompts(lang, base.tokenizer, args.prompts_per_lang, root):
             ids = list(p.prompt_ids)
             outs = [generate(t, make_drafter("none", t), ids, max_new_tokens=args.max_new_tokens, sampling=greedy,
@@ -85,7 +88,7 @@ def main() -> None:
 
     out = {"benchmark": "w8a8_target", "alpha": args.alpha, "keep": list(keep), "head_rows": args.head_rows, "execution": execution_info(base),
            "threads": torch.get_num_threads(), "all": summary(runs),
-           "per_lang": {lang: summary([r for r in runs if r["lang"] == lang]) for lang in LANGS}, "runs": runs}  # fmt: skip
+           "per_lang": {lang: summary([r for r in runs if r["lang"] == lang]) for lang in langs}, "runs": runs}  # fmt: skip
     emit_json(out, args.output)
 
 

@@ -57,3 +57,17 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     assert all(f"## {p.stem}\n" in tables for p in (ROOT / "benchmarks" / "results").glob("*.json"))
     assert (copy / "README.md").read_text() == (ROOT / "README.md").read_text()  # the README is up to date
     assert tables == (ROOT / "docs" / "benchmark-results.md").read_text()  # and so are the tables
+
+
+def test_w8a8_target_runs(model, tmp_path):
+    from babelspec.data.real import corpora_root
+    from babelspec.lean import w8a8_available
+
+    if not w8a8_available():
+        pytest.skip("this torch has no oneDNN qlinear_pointwise")
+    if corpora_root(None) is None:
+        pytest.skip("the real corpora (../shared/corpora or BABELSPEC_CORPORA) are not beside this checkout")
+    out = tmp_path / "w8a8.json"
+    _run("w8a8_target.py", "--target", model, "--langs", "yor", "--prompts-per-lang", "1", "--max-new-tokens", "4",
+         "-o", str(out))
+    assert json.loads(out.read_text())["all"]["teacher_forced_agreement"] > 0
