@@ -204,6 +204,45 @@ def _tree_windows(seq: np.ndarray, length: int, tokens: list[int], parents: np.n
     return out
 
 
+@dataclass
+class Verification:
+    """One draft verified in one target forward and judged: the accepted path (node indices,
+    root to leaf), the verifier's next token, whether a drafted token was rejected, the
+    target's logits of every row, and the seconds spent rolling the target's cache back."""
+
+    path: list[int]
+    next_token: int
+    rejected: bool
+    logits: torch.Tensor
+    rollback_seconds: float
+
+
+def verify(target: Target, draft: Draft, seq: np.ndarray, length: int, sampling: SamplingConfig,
+           rng: np.random.Generator) -> Verification:  # fmt: skip
+    """Verify ``draft`` after ``seq[:length]`` (the target caches all but its last, pending
+    token) and judge it: Leviathan/Chen for a chain, SpecInfer's multi-candidate rule for a tree.
+    The target's cache then holds the pending token and the accepted path."""
+    drafted, pending = draft.tokens.tolist(), int(seq[length - 1])
+    if draft.is_tree:
+        block = torch.from_numpy(np.concatenate([[-1], draft.parents + 1]))
+        logits = target.verify_tree([pending] + drafted, block)
+        windows = None
+        if sampling.repetition_penalty != 1.0 and sampling.repetition_window > 0:
+            windows = _tree_windows(seq, length, drafted, draft.parents, sampling.repetition_window)
+        path, next_token = accept_tree(warp(logits, sampling, windows=windows), draft, rng)
+        rejected = any(p == (path[-1] if path else -1) for p in draft.parents.tolist())
+        t0 = time.perf_counter()
+        target.keep_path(length - 1, [0] + [i + 1 for i in path])
+    else:
+        seq[length : length + len(drafted)] = drafted
+        logits = target.checkpoint_and_verify([pending] + drafted)
+        n, next_token = accept_or_reject(warp(logits, sampling, seq, first_position=length), draft, rng)
+        path, rejected = list(range(n)), n < len(drafted)
+        t0 = time.perf_counter()
+        target.crop_or_replay(length + n)
+    return Verification(path, int(next_token), rejected, logits, time.perf_counter() - t0)
+
+
 def generate(
     target: Target,
     drafter: Drafter,
@@ -223,6 +262,60 @@ def generate(
     return value stops generation there (stop reason ``"stopped"``), e.g. for a server whose
     client went away."""
     prompt_ids = [int(t) for t in prompt_ids]
+    eos = _check_request(target, drafter, prompt_ids, gamma, max_new_tokens, stop_strings, eos_token_ids)
+    generator = torch.Generator().manual_seed(sampling.seed)  # the drafters'
+    rng = np.random.default_rng(sampling.seed)  # the judge's
+    started = time.perf_counter()
+    # seq holds prompt + generated ids; the target caches all but the last (pending) one.
+    seq = np.zeros(len(prompt_ids) + max_new_tokens + gamma + 1, dtype=np.int64)
+    seq[: len(prompt_ids)] = prompt_ids
+    length = len(prompt_ids)
+    target.prefill(prompt_ids[:-1])
+    t0 = time.perf_counter()
+    drafter.start(list(prompt_ids), sampling, generator)
+    result = GenerationResult(token_ids=[], text="", stop_reason="length", gamma=gamma,
+                              prefill_seconds=target.prefill_seconds, draft_start_seconds=time.perf_counter() - t0)
+    result.draft_seconds = result.draft_start_seconds
+    generated: list[int] = []
+    while len(generated) < max_new_tokens:
+        # Propose (never past the budget: a step yields at most k + 1 tokens), verify, judge.
+        k_max = min(gamma, max_new_tokens - len(generated) - 1)
+        t0 = time.perf_counter()
+        draft = drafter.propose(k_max) if k_max > 0 else Draft.empty()
+        result.draft_seconds += time.perf_counter() - t0
+        if draft.is_tree and not target.verifies_tree(len(draft) + 1):
+            draft = draft.first_chain()  # a verifier without trees (now) checks the first guesses
+        if draft.depth() > k_max:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {draft.depth()} tokens in a row, more than {k_max}")
+        v = verify(target, draft, seq, length, sampling, rng)
+        # The drafter hears the verdict, and rolls back to the tokens kept.
+        drafted = draft.tokens.tolist()
+        kept = [drafted[i] for i in v.path]
+        t0 = time.perf_counter()
+        top = top_rows(v.logits, drafter.observes_top) if drafter.observes_top else None
+        drafter.commit(Verdict(kept, v.next_token, inputs=[int(seq[length - 1])] + drafted, top=top,
+                               drafted=len(draft), depth=draft.depth(), rejected=v.rejected))
+        result.draft_seconds += time.perf_counter() - t0  # rollback, replay, lookup index
+        new_tokens = kept + [v.next_token]
+        seq[length : length + len(new_tokens)] = new_tokens
+        length += len(new_tokens)
+        _record_step(result, draft, v)
+        start = len(generated)
+        generated.extend(new_tokens)
+        stop = _first_stop(generated, start, eos, target.tokenizer, stop_strings)
+        if stop is not None:
+            end, result.stop_reason = stop
+            del generated[end:]
+        if on_block is not None and on_block(generated[start:]) and result.stop_reason == "length":
+            result.stop_reason = "stopped"
+        if result.stop_reason != "length":
+            break
+    return _finish(result, target, drafter, generated, stop_strings, started)
+
+
+def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamma: int, max_new_tokens: int,
+                   stop_strings, eos_token_ids) -> set[int]:  # fmt: skip
+    """Refuse a bad request with a message; the EOS ids that end the generation."""
     validate_request(target, drafter, prompt_ids, gamma, max_new_tokens)
     tokenizer = target.tokenizer
     if any(not isinstance(s, str) or not s for s in stop_strings):
@@ -233,99 +326,35 @@ def generate(
     if eos_token_ids is None:
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         eos_token_ids = () if eos is None else (eos,)
-    eos_set = set(eos_token_ids)
-    generator = torch.Generator().manual_seed(sampling.seed)  # the drafters'
-    rng = np.random.default_rng(sampling.seed)  # the judge's
+    return set(eos_token_ids)
 
-    started = time.perf_counter()
-    # seq holds prompt + generated ids; the target caches all but the last (pending) one.
-    seq = np.zeros(len(prompt_ids) + max_new_tokens + gamma + 1, dtype=np.int64)
-    seq[: len(prompt_ids)] = prompt_ids
-    length = len(prompt_ids)
-    target.prefill(prompt_ids[:-1])
-    t0 = time.perf_counter()
-    drafter.start(list(prompt_ids), sampling, generator)
-    draft_start = time.perf_counter() - t0
-    result = GenerationResult(token_ids=[], text="", stop_reason="length", gamma=gamma,
-                              prefill_seconds=target.prefill_seconds, draft_start_seconds=draft_start,
-                              draft_seconds=draft_start)
-    generated: list[int] = []
 
-    while len(generated) < max_new_tokens:
-        # A step yields at most k + 1 tokens: never draft past the budget.
-        k_max = min(gamma, max_new_tokens - len(generated) - 1)
-        t0 = time.perf_counter()
-        draft = drafter.propose(k_max) if k_max > 0 else Draft.empty()
-        result.draft_seconds += time.perf_counter() - t0
-        tree = draft.parents is not None
-        if tree and draft.is_tree and not target.verifies_tree(len(draft) + 1):
-            draft = draft.first_chain()  # a verifier without trees (now) checks the first guesses
-        k = len(draft)
-        if draft.depth() > k_max:
-            raise RuntimeError(f"drafter {drafter.name!r} proposed {draft.depth()} tokens in a row, more than {k_max}")
-        drafted = draft.tokens.tolist()
-        if draft.is_tree:
-            parents = draft.parents
-            block = torch.from_numpy(np.concatenate([[-1], parents + 1]))
-            logits = target.verify_tree([int(seq[length - 1])] + drafted, block)
-            windows = None
-            if sampling.repetition_penalty != 1.0 and sampling.repetition_window > 0:
-                windows = _tree_windows(seq, length, drafted, parents, sampling.repetition_window)
-            q = warp(logits, sampling, windows=windows)
-            path, next_token = accept_tree(q, draft, rng)
-            n = len(path)
-            accepted = [drafted[i] for i in path]
-            ended_in_rejection = any(p == (path[-1] if path else -1) for p in parents.tolist())
-            t0 = time.perf_counter()
-            target.keep_path(length - 1, [0] + [i + 1 for i in path])
-        else:
-            seq[length : length + k] = drafted
-            logits = target.checkpoint_and_verify([int(seq[length - 1])] + drafted)
-            q = warp(logits, sampling, seq, first_position=length)
-            n, next_token = accept_or_reject(q, draft, rng)
-            accepted, ended_in_rejection = drafted[:n], n < k
-            t0 = time.perf_counter()
-            target.crop_or_replay(length + n)
+def _record_step(result: GenerationResult, draft: Draft, v: Verification) -> None:
+    """A step's counts: drafted nodes, accepted tokens, the draft's depth, a rejection."""
+    k, n = len(draft), len(v.path)
+    result.rollback_seconds += v.rollback_seconds
+    result.steps += 1
+    result.proposed += k
+    result.accepted += n
+    result.rejections += v.rejected
+    result.proposed_per_step.append(k)
+    result.accepted_per_step.append(n)
+    result.depth_per_step.append(draft.depth())
+    result.rejected_per_step.append(int(v.rejected))
+    result.draft_forwards += draft.forwards
 
-        new_tokens = accepted + [next_token]
-        t1 = time.perf_counter()
-        inputs = [int(seq[length - 1])] + drafted
-        top = top_rows(logits, drafter.observes_top) if drafter.observes_top else None
-        drafter.settle(Verdict(kept=accepted, next_token=next_token, tree=tree, inputs=inputs, top=top,
-                               drafted=k, depth=draft.depth(), rejected=ended_in_rejection))
-        result.rollback_seconds += t1 - t0
-        result.draft_seconds += time.perf_counter() - t1  # rollback, replay, lookup index
-        seq[length : length + n + 1] = new_tokens
-        length += n + 1
-        result.steps += 1
-        result.proposed += k
-        result.accepted += n
-        result.rejections += ended_in_rejection
-        result.proposed_per_step.append(k)
-        result.accepted_per_step.append(n)
-        result.depth_per_step.append(draft.depth())
-        result.rejected_per_step.append(int(ended_in_rejection))
-        result.draft_forwards += draft.forwards
 
-        start = len(generated)
-        generated.extend(new_tokens)
-        stop = _first_stop(generated, start, eos_set, tokenizer, stop_strings)
-        if stop is not None:
-            end, result.stop_reason = stop
-            del generated[end:]
-        if on_block is not None and on_block(generated[start:]) and result.stop_reason == "length":
-            result.stop_reason = "stopped"
-        if result.stop_reason != "length":
-            break
-
+def _finish(result: GenerationResult, target: Target, drafter: Drafter, generated: list[int],
+            stop_strings, started: float) -> GenerationResult:  # fmt: skip
+    """The result's tokens, text (cut before a stop string) and the forwards' times."""
     result.wall_seconds = time.perf_counter() - started
     result.token_ids = generated
     result.target_forward_seconds = list(target.forward_seconds)
     result.target_replay_seconds = list(target.replay_seconds)
     result.target_seconds = sum(result.target_forward_seconds)
     result.draft_forward_seconds = list(drafter.forward_seconds())
-    if tokenizer is not None:
-        text = tokenizer.decode(generated, skip_special_tokens=True)
+    if target.tokenizer is not None:
+        text = target.tokenizer.decode(generated, skip_special_tokens=True)
         if result.stop_reason == "stop_string":
             text = text[: min(i for s in stop_strings if (i := text.find(s)) >= 0)]
         result.text = text

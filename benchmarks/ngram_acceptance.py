@@ -27,7 +27,7 @@ import torch
 
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
-from babelspec.drafters.base import NoDrafter
+from babelspec.drafters.base import NoDrafter, Verdict
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, train
@@ -66,7 +66,7 @@ def expected_acceptance(drafter: NgramDrafter, prompt: list[int], continuation: 
         else:
             ids, p = draft.probs.support(0)
             out.append(float(torch.minimum(torch.from_numpy(p), q[i, torch.from_numpy(ids)]).sum()))
-        drafter.commit(0, y)
+        drafter.commit(Verdict([], y))
     return out, skipped
 
 

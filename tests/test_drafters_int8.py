@@ -11,6 +11,7 @@ from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import tiny_gemma3, tiny_qwen3
 
 from babelspec.drafters import make_drafter
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
 from babelspec.engine import generate
 from babelspec.lean import Int8Linear, quantize_int8
@@ -127,7 +128,7 @@ def test_a_commit_takes_the_targets_keys_and_values_of_the_kept_tokens() -> None
     own_before = [r.clone() for r in drafter.lm.cache.layers[0].rows(len(prompt) - 1, len(prompt) + 2)]
     target.checkpoint_and_verify([prompt[-1]] + drafted)
     target.crop_or_replay(len(prompt) + 3)  # all three kept, as the engine crops
-    drafter.commit(3, 11)
+    drafter.commit(Verdict(drafted, 11))
     mine, theirs = drafter.lm.cache.layers[0], target.cache.layers[0]
     assert drafter.lm.cached_len == target.cached_len == len(prompt) + 3
     for a, b in zip(mine.rows(0, target.cached_len), theirs.rows(0, target.cached_len)):

@@ -30,7 +30,7 @@ def test_the_wrapper_forwards_every_part_of_the_contract():
     missing = [n for n in sorted(_contract()) if n not in vars(DrafterWrapper)
                and n not in DrafterWrapper.__init__.__code__.co_names]  # fmt: skip
     assert not missing, f"DrafterWrapper does not forward {missing}: a wrapper would drop them"
-    assert {"settle", "commit_path", "observe", "observes_top"} <= _contract()
+    assert {"start", "propose", "commit", "observes_top", "forward_seconds"} <= _contract()
 
 
 @pytest.fixture(scope="module")

@@ -72,9 +72,9 @@ def test_a_head_drafter_on_a_recurrent_cache_replays_only_since_its_rollback_poi
 
 
 class SlowCommit(ScriptedDrafter):
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict) -> None:
         time.sleep(0.01)
-        super().commit(n_accepted, next_token)
+        super().commit(verdict)
 
 
 def test_the_drafters_commit_is_counted_as_drafting():

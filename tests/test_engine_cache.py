@@ -4,6 +4,7 @@ import pytest
 import torch
 from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.model import ModelDrafter
 from babelspec.lm import CausalLM
 from babelspec.sampling import SamplingConfig
@@ -39,7 +40,7 @@ def test_drafter_rollback_equals_fresh_prefill(builder):
     context = [5, 9, 13, 2, 30, 31]
     drafter.start(context, SamplingConfig(greedy=True), torch.Generator())
     drafted = drafter.propose(4).tokens.tolist()
-    drafter.commit(1, 44)  # kept one drafted token, then the verifier's correction
+    drafter.commit(Verdict(drafted[:1], 44))  # kept one drafted token, then the verifier's correction
     kept = context + drafted[:1] + [44]
     assert drafter.ids == kept
     draft = drafter.propose(1)

@@ -15,7 +15,7 @@ import torch
 from stats import chi_square_pvalue
 from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.engine import accept_tree, generate
 from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig
@@ -168,10 +168,7 @@ class TreeDrafter(Drafter):
         self.last = (tokens, parents)
         return Draft.tree(tokens, parents, probs, forwards=len(tokens))
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        assert n_accepted == 0  # only after an empty proposal: a tree is committed by its path
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         pass
 
 
@@ -331,12 +328,10 @@ class LeafTreeDrafter(Drafter):
         tokens = right + [x for w in wrong for x in (w, w)]
         return Draft.tree(tokens, [-1, 0, -1, 2, -1, 4, -1, 6], Probs.point(tokens), forwards=len(tokens))
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        raise AssertionError("a tree is committed by its path")
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
-        assert accepted == self.truth[self.pos : self.pos + 2]  # the leaf of the right chain
-        self.pos += len(accepted) + 1
+    def commit(self, verdict: Verdict) -> None:
+        assert verdict.kept == self.truth[self.pos : self.pos + 2]  # the leaf of the right chain
+        assert verdict.drafted == 8 and verdict.depth == 2 and not verdict.rejected
+        self.pos += len(verdict.kept) + 1
 
 
 def test_f_of_a_tree_whose_steps_all_end_at_a_leaf_is_its_bound(gemma):

@@ -11,7 +11,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.auto import WARMUP_STEPS, RoutedDrafter
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.engine import generate
 from babelspec.routing import Route
 from babelspec.sampling import SamplingConfig
@@ -84,7 +84,7 @@ class _OneToken(Drafter):
     def propose(self, gamma: int) -> Draft:
         return Draft.point([7])
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         pass
 
 
@@ -92,7 +92,7 @@ def _drive(drafter, accepted: list[int]) -> None:
     drafter.start([1], SamplingConfig.paper(), torch.Generator())
     for n in accepted:
         drafter.propose(8)
-        drafter.commit(n, 3)
+        drafter.commit(Verdict([7] * n, 3))
 
 
 def _route(**costs) -> Route:

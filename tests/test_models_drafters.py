@@ -8,6 +8,7 @@ import torch
 from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
 from babelspec.drafters import make_drafter
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.model import ModelDrafter
 from babelspec.drafters.selfdraft import truncated_model
 from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
@@ -153,12 +154,13 @@ def test_restricted_head_scores_the_tokens_the_target_wrote_outside_it() -> None
     drafter.start([0, 3], SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
     drafter.propose(2)
     assert 50 not in drafter.head.index.tolist()
-    drafter.commit(0, 50)  # the target rejected the draft and wrote 50, which no row scored
+    drafter.commit(Verdict([], 50))  # the target rejected the draft and wrote 50, which no row scored
     assert 50 in drafter.head.index.tolist()
-    row = drafter.propose(1).probs.dense(64)[0]
+    draft = drafter.propose(1)
+    row = draft.probs.dense(64)[0]
     assert row[50] > 0 and row.sum().item() == pytest.approx(1.0, abs=1e-5)
     assert set(row.nonzero().squeeze(1).tolist()) <= {0, 3, 4, 10, 50}
-    drafter.commit(1, 3)  # a token the head scores already adds nothing
+    drafter.commit(Verdict(draft.tokens.tolist(), 3))  # a token the head scores already adds nothing
     assert sorted(drafter.head.index.tolist()) == [0, 3, 4, 10, 50]
     drafter.start([0, 3], SamplingConfig(temperature=1.0), torch.Generator().manual_seed(0))
     assert 50 not in drafter.head.index.tolist()  # a new generation starts from its prompt's rows

@@ -13,6 +13,7 @@ from stats import chi_square_pvalue, exact_pair_distribution
 from tiny import tiny_qwen3
 
 from babelspec.drafters import make_drafter
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, TokenizerMismatchError, count_ngrams, train
@@ -113,9 +114,9 @@ def test_auto_mode_is_point_mass_under_greedy_decoding(bigram):
 def test_commit_rolls_back_to_the_accepted_prefix(bigram):
     d = drafter(bigram, "a", mode="top1")
     assert words(d.propose(4)) == ["b", "c", "a", "b"]
-    d.commit(1, ids("d")[0])  # kept "b", then the verifier appended "d"
+    d.commit(Verdict(ids("b"), ids("d")[0]))  # kept "b", then the verifier appended "d"
     assert words(d.propose(2)) == ["e", "f"]
-    d.commit(2, ids("a")[0])
+    d.commit(Verdict(ids("e f"), ids("a")[0]))
     assert words(d.propose(1)) == ["b"]
 
 
@@ -154,7 +155,7 @@ def test_proposals_take_microseconds():
         t0 = time.perf_counter()
         draft = d.propose(4)
         per_token.append((time.perf_counter() - t0) / max(len(draft), 1))
-        d.commit(i % 3, 1 + i % 50)
+        d.commit(Verdict(draft.tokens.tolist()[: i % 3], 1 + i % 50))
     assert np.median(per_token) < 20e-6  # the benchmark holds the real goal (2 µs)
 
 
@@ -223,7 +224,7 @@ def test_a_tree_expands_the_most_probable_paths_first(bigram):
         kids = [draft.tokens[i].item() for i, p in enumerate(parents) if p == node]
         assert len(kids) == len(set(kids)) <= 2
     assert draft.probs.width == 1  # point masses: the multi-candidate rule keeps them lossless
-    d.commit_path([draft.tokens[0].item()], 3)
+    d.commit(Verdict([draft.tokens[0].item()], 3))
     assert d._history[-2:] == [draft.tokens[0].item(), 3]
 
 
@@ -288,10 +289,10 @@ def test_the_default_is_a_tree_under_greedy_decoding_where_the_target_verifies_t
         for sampling, budget in ((SamplingConfig(greedy=True), DEFAULT_TREE["greedy"]), (WARPED, DEFAULT_TREE["sample"])):
             d.start(ids("a b"), sampling, torch.Generator().manual_seed(0))
             draft = d.propose(3)
-            assert (draft.parents is not None) == (trees and budget > 0)
+            assert draft.is_tree == (trees and budget > 0)
         explicit = make_drafter(f"ngram:{bigram_file},lookup=0,tree=0", Target(model, tokenizer))
         explicit.start(ids("a b"), SamplingConfig(greedy=True), torch.Generator().manual_seed(0))
-        assert explicit.propose(3).parents is None  # tree=0: a chain, whatever the target
+        assert not explicit.propose(3).is_tree  # tree=0: a chain, whatever the target
         assert explicit.preferred_gamma is None and d.preferred_gamma is None
 
 
@@ -309,13 +310,13 @@ def test_an_explicit_tree_prefers_a_depth_up_to_its_budget(bigram_file, tokenize
 def test_recycled_candidates_mix_evenly_with_the_corpus_row(bigram):
     d = drafter(bigram, "a b", mode="sample", recycle=2)
     b, c, dd, e, f = (ids(w)[0] for w in "b c d e f".split())
-    d.observe([b], np.array([[e, c]]), np.array([[0.8, 0.2]], dtype=np.float32))
+    d.recycle([b], np.array([[e, c]]), np.array([[0.8, 0.2]], dtype=np.float32))
     row = d.propose(1).probs.dense(V)[0].numpy()
     expected = np.zeros(V)
     expected[[c, dd, e]] = [(2 / 3 + 0.2) / 2, (1 / 3) / 2, 0.8 / 2]  # the bigram says c 2/3, d 1/3 after b
     assert np.allclose(row, expected, atol=1e-5)
     top1 = drafter(bigram, "a b", mode="top1", recycle=2)
-    top1.observe([b], np.array([[e, f]]), np.array([[0.9, 0.1]], dtype=np.float32))
+    top1.recycle([b], np.array([[e, f]]), np.array([[0.9, 0.1]], dtype=np.float32))
     assert words(top1.propose(1)) == ["e"]  # 0.45 against c's 1/3
     top1.start(ids("a b"), SamplingConfig(), torch.Generator().manual_seed(0))
     assert words(top1.propose(1)) == ["c"]  # per request: a new start forgets what was recycled
@@ -324,7 +325,7 @@ def test_recycled_candidates_mix_evenly_with_the_corpus_row(bigram):
 def test_recycled_candidates_serve_contexts_the_corpus_never_saw(bigram):
     d = drafter(bigram, "d e f", mode="top1", recycle=2, min_backoff=1)
     assert len(d.propose(2)) == 0  # "f" never begins a bigram, and no unigram fallback
-    d.observe(ids("f"), np.array([ids("c a")]), np.array([[0.7, 0.3]], dtype=np.float32))
+    d.recycle(ids("f"), np.array([ids("c a")]), np.array([[0.7, 0.3]], dtype=np.float32))
     assert words(d.propose(2)) == ["c", "a"]  # recycled after f, then the bigram after c
 
 
@@ -333,9 +334,8 @@ def test_the_engine_hands_the_target_top_candidates_of_every_verified_row(bigram
     target = Target(model, tokenizer)
     d = make_drafter(f"ngram:{bigram_file},mode=top1,tree=0,recycle=3,lookup=0", target)  # a chain: rows in order
     seen: list[tuple[list[int], np.ndarray, np.ndarray]] = []
-    observe = d.observe
-    d.observe = lambda inputs, top, probs: (seen.append((list(inputs), top.copy(), probs.copy())),
-                                            observe(inputs, top, probs))  # fmt: skip
+    commit = d.commit
+    d.commit = lambda v: (seen.append((list(v.inputs), v.top[0].copy(), v.top[1].copy())), commit(v))
     prompt = ids("a b c")
     out = generate(target, d, prompt, gamma=3, max_new_tokens=6, sampling=SamplingConfig(greedy=True))
     assert len(seen) == out.steps

@@ -13,7 +13,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.sampling import Probs
 
 # why the tests of packed bf16 products skip where there are none
@@ -78,7 +78,7 @@ class FixedDrafter(Drafter):
         return Draft(tokens=tokens, probs=Probs(self.p[support].repeat(gamma, 1), support.repeat(gamma, 1)),
                      forwards=gamma)
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         pass
 
 
@@ -102,5 +102,5 @@ class ScriptedDrafter(Drafter):
         self.last = len(tokens)
         return Draft.point(tokens, forwards=len(tokens))
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        self.produced += n_accepted + 1
+    def commit(self, verdict: Verdict) -> None:
+        self.produced += len(verdict.kept) + 1

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
 from babelspec.ngram.counting import CountConfig, count_ngrams
 from babelspec.ngram.model import NgramModel
@@ -66,7 +67,7 @@ def time_proposals(drafter: NgramDrafter, stream: list[int], proposals: int, gam
         while n < k and drafted[n] == stream[pos + n]:
             n += 1
         t2 = clock()
-        drafter.commit(n, stream[pos + n])
+        drafter.commit(Verdict(drafted[:n], stream[pos + n]))
         commit_us.append((clock() - t2) / 1e3)
         if k:
             per_token.append((t1 - t0) / 1e3 / k)

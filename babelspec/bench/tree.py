@@ -209,6 +209,7 @@ def oracle_steps(drafter: Any, prompt: list[int], truth: list[int], budget: int,
     candidates at its node. An upper bound on what any tree of ``budget`` nodes with ``branch``
     point-mass candidates per node can keep, as the target's own tokens were known in advance;
     with ``branch`` 1 it is exactly the chain of ``budget`` tokens."""
+    from babelspec.drafters.base import Verdict
     from babelspec.sampling import SamplingConfig
 
     drafter.start(list(prompt), SamplingConfig(greedy=True), torch.Generator().manual_seed(0))
@@ -218,7 +219,7 @@ def oracle_steps(drafter: Any, prompt: list[int], truth: list[int], budget: int,
         n = 0
         while n < limit and truth[done + n] in drafter.candidates(truth[done : done + n], branch):
             n += 1
-        drafter.commit_path(truth[done : done + n], truth[done + n])
+        drafter.commit(Verdict(truth[done : done + n], truth[done + n]))
         done += n + 1
         steps += 1
     return steps

@@ -74,33 +74,16 @@ class RoutedDrafter(DrafterWrapper):
         self._last = (len(draft), draft.depth())
         return draft
 
-    def settle(self, verdict: Verdict) -> None:
+    def commit(self, verdict: Verdict) -> None:
         if not self.drafting:
             return  # the inner drafter is no longer consulted in this generation
-        self._judge(len(verdict.kept), verdict.rejected, verdict.drafted, verdict.depth)
-        self.inner.settle(verdict)
+        if verdict.drafted:  # the engine's verdicts carry the draft's shape
+            self._judge(len(verdict.kept), verdict.rejected, verdict.drafted, verdict.depth)
+        elif self._last[0]:  # another caller's: the shape of the last proposal
+            tokens, depth = self._last
+            self._judge(len(verdict.kept), len(verdict.kept) < depth, tokens, depth)
+        self.inner.commit(verdict)
         self._maybe_stop()
-
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        """A chain's verdict from a caller other than the engine (which calls ``settle``)."""
-        if not self.drafting:
-            return
-        tokens, depth = self._last
-        self._judge(n_accepted, n_accepted < tokens, tokens, depth)
-        self.inner.commit(n_accepted, next_token)
-        self._maybe_stop()
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
-        if not self.drafting:
-            return
-        tokens, depth = self._last
-        self._judge(len(accepted), len(accepted) < depth, tokens, depth)
-        self.inner.commit_path(accepted, next_token)
-        self._maybe_stop()
-
-    def observe(self, inputs, ids, probs) -> None:
-        if self.drafting:
-            self.inner.observe(inputs, ids, probs)
 
     def _judge(self, kept: int, rejected: bool, drafted: int, depth: int) -> None:
         if drafted:

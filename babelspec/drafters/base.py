@@ -5,17 +5,18 @@ The speculative loop (``babelspec.engine``) drives a drafter with three calls:
 * ``start(context_ids, sampling, generator)`` -- a new generation begins on ``context_ids``
   (the prompt). The drafter may build any state it needs (a KV cache, a lookup table).
 * ``propose(gamma)`` -- draft up to ``gamma`` tokens in a row continuing the current context:
-  a chain, or a token tree (``Draft.tree``) whose paths hold at most ``gamma`` tokens. Return
-  fewer (even zero) when the drafter has nothing confident to say.
-* ``settle(verdict)`` -- what the verifier decided (``Verdict``): the drafted tokens it kept,
-  the token it appended and, for drafters with ``observes_top`` > 0, the target's top
-  candidates on every row it verified. The drafter rolls its state back to
+  a ``Draft``, whose nodes each name a parent. A chain is the draft where each node's parent
+  is the one before; a token tree (``Draft.tree``) has paths of at most ``gamma`` tokens.
+  Return fewer (even zero) when the drafter has nothing confident to say.
+* ``commit(verdict)`` -- what the verifier decided (``Verdict``): the drafted tokens it kept
+  (one path), the token it appended and, for drafters whose ``observes_top`` > 0, the target's
+  most likely tokens on every row it verified. The drafter rolls its state back to
   ``context + kept + [next_token]``.
 
-``Drafter.settle`` hands the verdict on to the finer calls a drafter implements: ``observe``
-(the target's candidates, Token Recycling's source of drafts), then ``commit`` after a chain
-or ``commit_path`` after a tree. A drafter that wraps another (``DrafterWrapper``, e.g. the
-router's ``auto``) forwards the whole contract, so it cannot drop a part of it.
+What a drafter can do is declared by the drafter (``observes_top``, ``preferred_gamma``) or
+given to it when it is built (whether the verifier takes trees), never set from outside. A
+drafter that wraps another (``DrafterWrapper``, e.g. the router's ``auto``) forwards the whole
+contract, so it cannot drop a part of it.
 
 Drafters know nothing about verification: they only report, for each drafted token, the
 distribution it was sampled from (``sampling.Probs``), so the rejection sampler can stay
@@ -47,7 +48,11 @@ class Draft:
     tokens: torch.Tensor  # [k] long (k may be 0); a chain holds at most gamma tokens
     probs: Probs  # the distribution each token was drawn from (a point mass: rows of width one)
     forwards: int = 0  # draft forwards (model calls or table walks) spent on this proposal
-    parents: np.ndarray | None = None  # [k] int64 for a token tree; None for a chain
+    parents: np.ndarray | None = None  # [k] int64; None at construction means a chain
+
+    def __post_init__(self) -> None:
+        if self.parents is None:  # a chain: each node's parent is the one before
+            self.parents = np.arange(-1, int(self.tokens.numel()) - 1, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.tokens.numel())
@@ -55,7 +60,7 @@ class Draft:
     @property
     def is_tree(self) -> bool:
         """A tree that is not a chain (a chain is parents = [-1, 0, 1, ...])."""
-        return self.parents is not None and not bool((self.parents == np.arange(-1, len(self) - 1)).all())
+        return not bool((self.parents == np.arange(-1, len(self) - 1)).all())
 
     @staticmethod
     def tree(tokens: torch.Tensor | list[int], parents, probs: Probs, forwards: int = 0) -> Draft:
@@ -70,7 +75,7 @@ class Draft:
 
     def depth(self) -> int:
         """Tokens on the tree's longest path (the length, for a chain)."""
-        if self.parents is None:
+        if not self.is_tree:
             return len(self)
         depth = np.zeros(len(self), dtype=np.int64)
         for i, p in enumerate(self.parents.tolist()):
@@ -79,15 +84,14 @@ class Draft:
 
     def first_chain(self) -> Draft:
         """The chain of first children from the root: what a verifier without trees checks."""
-        if self.parents is None:
+        if not self.is_tree:
             return self
         chain, node = [], -1
         for i, p in enumerate(self.parents.tolist()):
             if p == node:
                 chain.append(i)
                 node = i
-        return Draft(tokens=self.tokens[chain], probs=self.probs.rows(chain), forwards=self.forwards,
-                     parents=np.arange(-1, len(chain) - 1, dtype=np.int64))
+        return Draft(tokens=self.tokens[chain], probs=self.probs.rows(chain), forwards=self.forwards)
 
     @staticmethod
     def empty() -> Draft:
@@ -102,13 +106,16 @@ class Draft:
 
 @dataclass
 class Verdict:
-    """What one verification decided about a draft, as the drafter hears it (``settle``)."""
+    """What one verification decided about a draft, as the drafter hears it (``commit``)."""
 
     kept: list[int]  # the drafted tokens the verifier kept, in order (one path of a tree)
     next_token: int  # the token it appended: a correction after a rejection, else a bonus
-    tree: bool = False  # the draft had parents (a tree, or a chain given as one)
-    inputs: list[int] = field(default_factory=list)  # what the verifier read: pending token, then each node
-    top: tuple[np.ndarray, np.ndarray] | None = None  # (ids, probs) [rows, observes_top], when asked for
+    # What the verifier read (the pending token, then each drafted node), and when the drafter's
+    # ``observes_top`` asked for them its most likely tokens after each of those: (ids, probs),
+    # [rows, observes_top] each, probabilities renormalised over them (``sampling.top_rows``).
+    # Rows of rejected nodes come too: they are the target's own predictions after those tokens.
+    inputs: list[int] = field(default_factory=list)
+    top: tuple[np.ndarray, np.ndarray] | None = None
     drafted: int = 0  # tokens (nodes) in the draft
     depth: int = 0  # tokens on the draft's longest path: at most this many could be kept
     rejected: bool = False  # a drafted token was judged and rejected (else the draft ran out)
@@ -122,7 +129,7 @@ class Drafter(ABC):
     vocab_size: int | None = None
     #: γ the drafter was chosen with (the router's, for ``auto``); None leaves it to the caller.
     preferred_gamma: int | None = None
-    #: How many of the target's most likely tokens per verified row ``observe`` wants (0: none).
+    #: How many of the target's most likely tokens per verified row ``commit`` wants (0: none).
     observes_top: int = 0
 
     @abstractmethod
@@ -134,30 +141,7 @@ class Drafter(ABC):
     def propose(self, gamma: int) -> Draft: ...
 
     @abstractmethod
-    def commit(self, n_accepted: int, next_token: int) -> None: ...
-
-    def settle(self, verdict: Verdict) -> None:
-        """After a verification: the target's candidates to ``observe`` (when ``observes_top``
-        asked for them), then ``commit`` (a chain) or ``commit_path`` (a tree)."""
-        if verdict.top is not None and self.observes_top:
-            self.observe(verdict.inputs, *verdict.top)
-        if verdict.tree:
-            self.commit_path(verdict.kept, verdict.next_token)
-        else:
-            self.commit(len(verdict.kept), verdict.next_token)
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
-        """After a token tree: the verifier kept the drafted tokens ``accepted`` (one path of the
-        tree) and appended ``next_token``. Drafters that propose trees override this."""
-        raise NotImplementedError(f"drafter {self.name!r} proposed a token tree but cannot commit one")
-
-    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
-        """After a verification, when ``observes_top`` > 0: row r of the target's forward read
-        ``inputs[r]`` (the pending token, then each drafted node) and ranked ``ids[r]`` most
-        likely next, with probabilities ``probs[r]`` renormalised over them ([rows, observes_top]
-        each; ``sampling.top_rows``). Rows of rejected nodes come too: they are the target's own
-        predictions after those tokens. Called by ``settle`` before ``commit``/``commit_path``."""
-        return None
+    def commit(self, verdict: Verdict) -> None: ...
 
     def forward_seconds(self) -> list[float]:
         """Time of each draft forward of the last generation (for c = t_draft / t_target)."""
@@ -179,7 +163,7 @@ class NoDrafter(Drafter):
     def propose(self, gamma: int) -> Draft:
         return Draft.empty()
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         pass
 
 
@@ -205,17 +189,8 @@ class DrafterWrapper(Drafter):
     def propose(self, gamma: int) -> Draft:
         return self.inner.propose(gamma)
 
-    def settle(self, verdict: Verdict) -> None:
-        self.inner.settle(verdict)
-
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        self.inner.commit(n_accepted, next_token)
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
-        self.inner.commit_path(accepted, next_token)
-
-    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
-        self.inner.observe(inputs, ids, probs)
+    def commit(self, verdict: Verdict) -> None:
+        self.inner.commit(verdict)
 
     def forward_seconds(self) -> list[float]:
         return self.inner.forward_seconds()

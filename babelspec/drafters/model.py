@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
@@ -62,9 +62,9 @@ class ModelDrafter(Drafter):
         self.drafted = tokens
         return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=Probs.cat(rows), forwards=gamma)
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        keep = len(self.ids) + n_accepted
-        self.ids = self.ids + self.drafted[:n_accepted] + [next_token]
+    def commit(self, verdict: Verdict) -> None:
+        keep = len(self.ids) + len(verdict.kept)
+        self.ids = self.ids + list(verdict.kept) + [int(verdict.next_token)]
         self.drafted = []
         if self.lm.cached_len > keep:
             self.lm.crop_or_replay(keep)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Draft, Drafter
+from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import Probs, SamplingConfig, nucleus_size
 
@@ -170,7 +170,8 @@ class _Walk:
 class NgramDrafter(Drafter):
     name = "ngram"
 
-    def __init__(self, model: NgramModel, config: NgramDraftConfig = NgramDraftConfig(), vocab_size: int | None = None):
+    def __init__(self, model: NgramModel, config: NgramDraftConfig = NgramDraftConfig(), vocab_size: int | None = None,
+                 trees_verified: bool = False):
         self.model = model
         self.config = config
         self.vocab_size = vocab_size if vocab_size is not None else model.vocab_size
@@ -188,10 +189,9 @@ class NgramDrafter(Drafter):
         self._recycled: dict[int, Row] = {}  # target id -> the target's top continuations after it
         self._mixed: dict[int, tuple[Row, Row, Row]] = {}  # target id -> (recycled, trained, mixture)
         self.observes_top = config.recycle
-        self._last: list[int] = []
         self._rng = random.Random(0)
         self._tree = 0  # the node budget of this generation's proposals (0: chains)
-        self.trees_verified = False  # set by the factory: the target verifies token trees
+        self.trees_verified = trees_verified  # the verifier takes token trees (the factory asks the target)
         self._seconds: list[float] = []
         self._capacity = 0
         self._allocate(8)
@@ -240,7 +240,6 @@ class NgramDrafter(Drafter):
             drafted.append(token)
             rows.append(row)
             self._advance(walk, token)
-        self._last = drafted
         if not drafted:
             return Draft.empty()
         draft = self._draft(drafted, rows)
@@ -281,7 +280,6 @@ class NgramDrafter(Drafter):
             tokens.append(token)
             parents.append(parent)
             expand(len(tokens) - 1, child, -neg, depth)
-        self._last = tokens
         if not tokens:
             return Draft.empty()
         self._seconds.append((time.perf_counter() - t0) / len(tokens))
@@ -318,14 +316,13 @@ class NgramDrafter(Drafter):
                 parent = len(tokens) - 1
                 self._advance(walk, token)
                 row = self._next_row(walk)
-        self._last = tokens
         if not tokens:
             return Draft.empty()
         chained = self._draft(tokens, rows)
         self._seconds.append((time.perf_counter() - t0) / len(tokens))
         return Draft.tree(chained.tokens, parents, chained.probs, forwards=len(tokens))
 
-    def observe(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
+    def recycle(self, inputs: list[int], ids: np.ndarray, probs: np.ndarray) -> None:
         """Token Recycling: the target's candidates after each token it just read replace that
         token's row (the most recent context wins)."""
         scaled = np.maximum(np.rint(np.nan_to_num(probs) * COUNT_SCALE), 1).astype(np.int64).tolist()
@@ -355,10 +352,6 @@ class NgramDrafter(Drafter):
             self._advance(walk, token)
         row = self._next_row(walk)
         return [] if row is None or row is UNIFORM else row.tokens[:k]
-
-    def commit_path(self, accepted: list[int], next_token: int) -> None:
-        self._last = list(accepted)
-        self.commit(len(accepted), next_token)
 
     def _walk(self) -> _Walk:
         n_ctx = self._ctx_len
@@ -441,8 +434,10 @@ class NgramDrafter(Drafter):
         self._prob_bytes = memoryview(self._prob_buffer).cast("B")
         self._capacity = capacity
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
-        new = self._last[:n_accepted] + [int(next_token)]
+    def commit(self, verdict: Verdict) -> None:
+        if verdict.top is not None and self.observes_top:
+            self.recycle(verdict.inputs, *verdict.top)
+        new = [int(t) for t in verdict.kept] + [int(verdict.next_token)]
         start = len(self._history)
         self._history.extend(new)
         get = self._dense_of.get
@@ -585,8 +580,8 @@ def ngram_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 def ngram_drafter_of(model: NgramModel, config: NgramDraftConfig, target: Target, name: str) -> NgramDrafter:
     """The drafter of ``model`` for ``target``: trees where the target verifies them, and an
     explicit tree's budget as its preferred γ."""
-    drafter = NgramDrafter(model, config, vocab_size=target.vocab_size)
-    drafter.trees_verified = bool(getattr(target, "supports_trees", False))
+    drafter = NgramDrafter(model, config, vocab_size=target.vocab_size,
+                           trees_verified=bool(getattr(target, "supports_trees", False)))
     if config.tree > 0:  # a tree's depth is γ: unless asked otherwise, as deep as its budget
         drafter.preferred_gamma = config.tree
     drafter.name = name

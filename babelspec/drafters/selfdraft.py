@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from babelspec.drafters.base import Verdict
 from babelspec.drafters.model import ModelDrafter, _numpy_rng
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
@@ -129,7 +130,7 @@ class SelfDrafter(ModelDrafter):
             super().start(context_ids, sampling, generator)
             self._follows_target = False
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         """As every drafter commits; then, where the prompt's cache came from the target, the
         draft's cache takes the target's keys and values for the tokens it just kept.
 
@@ -141,7 +142,7 @@ class SelfDrafter(ModelDrafter):
         none, measured slower: docs/benchmarks.md). The draft's probabilities are those it
         drafts from, so verification stays lossless."""
         synced = len(self.ids) - 1  # the rows that were the target's: all but the pending token
-        super().commit(n_accepted, next_token)
+        super().commit(verdict)
         if not self._follows_target:
             return
         if self.target.cached_len != len(self.ids) - 1:

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Drafter
+from babelspec.drafters.base import Drafter, Verdict
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
 from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
@@ -141,12 +141,13 @@ class VocabHeadDrafter(SelfDrafter):
         self._column_of = self.head.column.cpu().numpy()
         self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
 
-    def commit(self, n_accepted: int, next_token: int) -> None:
+    def commit(self, verdict: Verdict) -> None:
         """As every drafter commits; and where the target wrote a token outside the head's rows
         (a draft cannot propose it), the head scores that token from the next draft on. A
         270M target's stories in a language it writes poorly stray into other scripts, and
         the strays repeat."""
-        super().commit(n_accepted, next_token)
+        super().commit(verdict)
+        next_token = int(verdict.next_token)
         outside = next_token < len(self._column_of) and self._column_of[next_token] == self.head.n_columns
         if outside and self.head.add_extra([next_token]):
             self._columns_changed()

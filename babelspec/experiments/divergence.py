@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from babelspec.drafters.base import Drafter
+from babelspec.drafters.base import Drafter, Verdict
 from babelspec.sampling import Probs, SamplingConfig, logits_to_probs
 
 
@@ -63,7 +63,7 @@ def text_divergence(
         if len(draft):
             tv_sum += _tv_row(q_all[t - 1], draft.probs)
             covered += 1
-        drafter.commit(0, ids[t])
+        drafter.commit(Verdict([], ids[t]))
     return tv_sum, covered, len(ids) - 1
 
 
