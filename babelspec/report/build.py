@@ -72,8 +72,6 @@ def _size_note(corpus: dict, lang: str) -> str:
 def report_blocks(a: dict[str, Any]) -> list[Block]:
     meta = a.get("meta", {})
     cfg = meta.get("config", {})
-    corpus = a.get("corpus", {})
-    settings, best, langs = a["settings"], a["best"], a["languages"]
     blocks: list[Block] = [Heading(f"babelspec run: {cfg.get('name', 'experiment')}", 1)]
     if cfg.get("description"):
         blocks.append(Paragraph(cfg["description"]))
@@ -86,7 +84,17 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         f"at most {cfg.get('max_new_tokens')} new tokens; sampling preset "
         f"`{cfg.get('sampling', {}).get('preset', '?')}`. Computed in {_measured_on(a, meta)}."
     ))  # fmt: skip
+    for section in (_headline_blocks, _setting_blocks, _router_blocks, _figure_blocks, _caveat_blocks):
+        blocks += section(a)
+    return blocks
 
+
+def _headline_blocks(a: dict[str, Any]) -> list[Block]:
+    """The headline: each language's best setting, mean and worst, and the router's."""
+    meta = a.get("meta", {})
+    corpus = a.get("corpus", {})
+    langs = a["languages"]
+    blocks: list[Block] = []
     # --- headline: per language, best setting; mean and worst as prominent ---
     blocks.append(Heading("Headline: the best drafter setting per language"))
     head = {h["task"]: h for h in a.get("headline", [])}
@@ -151,7 +159,14 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         "bundled corpora's (small, mostly UI strings and the UDHR): far below the paper's.",
     ))  # fmt: skip
     blocks += paper_blocks(a)
+    return blocks
 
+
+def _setting_blocks(a: dict[str, Any]) -> list[Block]:
+    """Per drafter over languages, every cell, the cross-task matrix, what int8 costs."""
+    corpus = a.get("corpus", {})
+    settings = a["settings"]
+    blocks: list[Block] = []
     # --- per drafter: mean and worst over languages ---
     blocks.append(Heading("Drafter settings: mean and worst language"))
     blocks.append(Table(
@@ -223,7 +238,14 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             "(head:LANG, self:K@LANG) and on weight-only int8 copies (int8:[K@]LANG), same task and γ, all "
             "prompts: how much acceptance int8 rounding costs each language, beside its bundled data.",
         ))  # fmt: skip
+    return blocks
 
+
+def _router_blocks(a: dict[str, Any]) -> list[Block]:
+    """The router's routes, and draft/target divergence against resourcedness."""
+    corpus = a.get("corpus", {})
+    div = a.get("divergence", [])
+    blocks: list[Block] = []
     # --- router ---
     blocks.append(Heading("Router (`--drafter auto`)"))
     blocks.append(Paragraph(
@@ -247,7 +269,6 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
 
     # --- divergence ---
     blocks.append(Heading("Draft/target divergence and resourcedness"))
-    div = a.get("divergence", [])
     if div:
         blocks.append(Table(
             ["language", "drafter", "texts", "tokens", "TV per token", "TV per char",
@@ -265,7 +286,17 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         ] or ["no correlation computed"]))  # fmt: skip
     else:
         blocks.append(Paragraph("Not measured in this run (divergence disabled or no drafter)."))
+    return blocks
 
+
+def _figure_blocks(a: dict[str, Any]) -> list[Block]:
+    """The figures, numbered as the paper's where they have a counterpart."""
+    corpus = a.get("corpus", {})
+    settings = a["settings"]
+    best = a["best"]
+    langs = a["languages"]
+    div = a.get("divergence", [])
+    blocks: list[Block] = []
     # --- figures ---
     blocks.append(Heading("Figures"))
     figure_specs = [
@@ -307,7 +338,15 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
             blocks.append(Figure(name, png, caption))
 
     blocks += provenance_blocks(a)  # runs with a [data] section: the text behind every number
+    return blocks
 
+
+def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
+    """Data sizes, caveats, what was not measured, stage times, skips, versions."""
+    meta = a.get("meta", {})
+    cfg = meta.get("config", {})
+    corpus = a.get("corpus", {})
+    blocks: list[Block] = []
     # --- data, caveats, what was not measured ---
     blocks.append(Heading("Data, caveats and what was not measured"))
     rows = [[lang, str(c["train_sentences"]), str(c["train_words"]), str(c["train_chars"]),
