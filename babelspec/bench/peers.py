@@ -336,6 +336,43 @@ def _median(values: list[float]) -> float | None:
     return json_number(median(v for v in values if v == v), 4)
 
 
+def _open_llama_cpp(cfg: PeersConfig) -> tuple[dict[str, Any], str]:
+    """llama.cpp's plain decoding (and prompt lookup) where asked and available: (method ->
+    model, a note saying what ran or why not)."""
+    llama: dict[str, Any] = {}
+    if not cfg.llama_cpp:
+        return llama, "not requested"
+    from babelspec.bench.llamacpp import LlamaCppUnavailable, open_llama_cpp
+
+    try:
+        llama[LLAMA_CPP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
+        if cfg.llama_cpp_lookup:
+            llama[LLAMA_CPP_LOOKUP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads(),
+                                                     lookup=cfg.llama_cpp_lookup)  # fmt: skip
+        return llama, "; ".join(m.description for m in llama.values())
+    except LlamaCppUnavailable as err:
+        return llama, f"skipped: {err}"
+
+
+def _precision_agreement(cfg: PeersConfig, target: Any, prompts: list[PromptItem], with_llama_cpp: bool) -> dict:
+    """How closely a target mode (``cfg.precision``) follows the loaded dtype's greedy decoding,
+    beside llama.cpp's own execution of the same GGUF where it ran."""
+    from babelspec.bench.agreement import greedy_agreement
+    from babelspec.target import Target
+
+    others: dict[str, Any] = {f"babelspec {cfg.precision}": target}
+    if with_llama_cpp:  # the peer's own execution of the same GGUF, as a yardstick
+        from babelspec.bench.llamacpp import open_llama_cpp
+
+        n_ctx = max(len(p.ids) for p in prompts) + cfg.max_new_tokens + 16  # every row's logits are kept
+        others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), n_ctx, logits_all=True)
+    agreement = greedy_agreement(Target(target.model, target.tokenizer), others, [(p.lang, p.ids) for p in prompts],
+                                 cfg.max_new_tokens)  # fmt: skip
+    if LLAMA_CPP in others:
+        others[LLAMA_CPP].close()
+    return {"mode": cfg.precision, "agreement_with_loaded_dtype": agreement}
+
+
 def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     from babelspec.drafters import make_drafter
     from babelspec.drafters.selfdraft import num_layers, truncated_model
@@ -346,19 +383,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
         torch.set_num_threads(cfg.threads)
     target = load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision)
     tokenizer = target.tokenizer
-    llama: dict[str, Any] = {}  # method -> LlamaCppModel
-    llama_note = "not requested"
-    if cfg.llama_cpp:
-        from babelspec.bench.llamacpp import LlamaCppUnavailable, open_llama_cpp
-
-        try:
-            llama[LLAMA_CPP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
-            if cfg.llama_cpp_lookup:
-                llama[LLAMA_CPP_LOOKUP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads(),
-                                                         lookup=cfg.llama_cpp_lookup)  # fmt: skip
-            llama_note = "; ".join(m.description for m in llama.values())
-        except LlamaCppUnavailable as err:
-            llama_note = f"skipped: {err}"
+    llama, llama_note = _open_llama_cpp(cfg)
     specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
     prompts = benchmark_prompts(tokenizer, list(cfg.langs), cfg.prompts_per_lang, cfg.task, data_root=cfg.data_root)
     drafters: dict[str, Any] = {"none": make_drafter("none", target)}
@@ -406,24 +431,58 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     out = summarise(records, cfg, methods, prompts, time.perf_counter() - started)
     out["execution"] = execution_info(target)
     if cfg.precision:  # another model than the loaded one: how closely it follows it
-        from babelspec.bench.agreement import greedy_agreement
-        from babelspec.target import Target
-
-        others: dict[str, Any] = {f"babelspec {cfg.precision}": target}
-        if LLAMA_CPP in llama:  # the peer's own execution of the same GGUF, as a yardstick
-            from babelspec.bench.llamacpp import open_llama_cpp
-
-            n_ctx = max(len(p.ids) for p in prompts) + cfg.max_new_tokens + 16  # every row's logits are kept
-            others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), n_ctx, logits_all=True)
-        agreement = greedy_agreement(Target(target.model, tokenizer), others, [(p.lang, p.ids) for p in prompts],
-                                     cfg.max_new_tokens)  # fmt: skip
-        out["precision"] = {"mode": cfg.precision, "agreement_with_loaded_dtype": agreement}
-        if LLAMA_CPP in others:
-            others[LLAMA_CPP].close()
+        out["precision"] = _precision_agreement(cfg, target, prompts, with_llama_cpp=LLAMA_CPP in llama)
     out["llama_cpp"] = llama_note
     for model in llama.values():
         model.close()
     return out
+
+
+def _peers_key(r: dict) -> tuple:
+    return (r["mode"], r["rep"], r["prompt"])
+
+
+def _method_entry(mine: list[dict], methods: list[str], base: dict, peer_runs: dict, cfg: PeersConfig) -> dict:
+    """One method's medians in one mode, and its ratios to the runs of the same prompts by Hugging
+    Face's plain decoding and llama.cpp's."""
+    key = _peers_key
+    tps = [r["tokens"] / r["seconds"] for r in mine]
+    cps = [r["chars"] / r["seconds"] for r in mine]
+    ratios = []
+    for r in mine:
+        b = base[key(r)]
+        ratios.append((r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]))
+    entry = {
+        "tokens_per_s": _median(tps), "chars_per_s": _median(cps),
+        "ratio_to_hf_plain": _median(ratios),
+        "ratio_to_hf_plain_chars": _median(
+            [(r["chars"] / r["seconds"]) / max(base[key(r)]["chars"] / base[key(r)]["seconds"], 1e-9)
+             for r in mine]),
+        "per_lang_ratio": {lang: _median([x for x, r in zip(ratios, mine) if r["lang"] == lang])
+                           for lang in cfg.langs},
+    }
+    for peer, name in ((LLAMA_CPP, "ratio_to_llama_cpp"), (LLAMA_CPP_LOOKUP, "ratio_to_llama_cpp_lookup")):
+        if peer in methods:
+            runs = peer_runs[peer]
+            entry[name] = _median([(r["tokens"] / r["seconds"]) / (runs[key(r)]["tokens"] / runs[key(r)]["seconds"])
+                                   for r in mine if key(r) in runs])  # fmt: skip
+    decoding = [r for r in mine if r.get("decode_seconds", 0) > 0 and r.get("decode_tokens", 0) > 0]
+    if decoding:  # llama.cpp and babelspec: tokens/s after the prompt's prefill
+        entry["decode_tokens_per_s"] = _median([r["decode_tokens"] / r["decode_seconds"] for r in decoding])
+        if LLAMA_CPP in methods:
+            runs = peer_runs[LLAMA_CPP]
+
+            def decode_rate(r: dict) -> float:
+                return r["decode_tokens"] / r["decode_seconds"]
+
+            entry["decode_ratio_to_llama_cpp"] = _median(
+                [decode_rate(r) / decode_rate(runs[key(r)]) for r in decoding
+                 if key(r) in runs and runs[key(r)].get("decode_tokens", 0) > 0])  # fmt: skip
+    if mine and "alpha" in mine[0]:
+        entry["alpha"] = _median([r["alpha"] for r in mine])
+        entry["c"] = _median([r["c"] for r in mine])
+        entry["mean_accepted_length"] = _median([r["mean_accepted_length"] for r in mine])
+    return entry
 
 
 def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts: list[PromptItem],
@@ -435,51 +494,14 @@ def summarise(records: list[dict], cfg: PeersConfig, methods: list[str], prompts
         "prompts": len(prompts), "repeats": cfg.repeats, "threads": torch.get_num_threads(),
         "wall_seconds": round(seconds, 1), "modes": {},
     }
-    key = lambda r: (r["mode"], r["rep"], r["prompt"])  # noqa: E731
+    key = _peers_key
     base = {key(r): r for r in records if r["method"] == "hf-plain"}
     peer_runs = {peer: {key(r): r for r in records if r["method"] == peer} for peer in (LLAMA_CPP, LLAMA_CPP_LOOKUP)}
     for mode in cfg.modes:
         rows = [r for r in records if r["mode"] == mode]
         table: dict[str, Any] = {}
         for method in methods:
-            mine = [r for r in rows if r["method"] == method]
-            tps = [r["tokens"] / r["seconds"] for r in mine]
-            cps = [r["chars"] / r["seconds"] for r in mine]
-            ratios = []
-            for r in mine:
-                b = base[key(r)]
-                ratios.append((r["tokens"] / r["seconds"]) / (b["tokens"] / b["seconds"]))
-            entry = {
-                "tokens_per_s": _median(tps), "chars_per_s": _median(cps),
-                "ratio_to_hf_plain": _median(ratios),
-                "ratio_to_hf_plain_chars": _median(
-                    [(r["chars"] / r["seconds"]) / max(base[key(r)]["chars"] / base[key(r)]["seconds"], 1e-9)
-                     for r in mine]),
-                "per_lang_ratio": {lang: _median([x for x, r in zip(ratios, mine) if r["lang"] == lang])
-                                   for lang in cfg.langs},
-            }
-            for peer, name in ((LLAMA_CPP, "ratio_to_llama_cpp"), (LLAMA_CPP_LOOKUP, "ratio_to_llama_cpp_lookup")):
-                if peer in methods:
-                    runs = peer_runs[peer]
-                    entry[name] = _median([(r["tokens"] / r["seconds"]) / (runs[key(r)]["tokens"] / runs[key(r)]["seconds"])
-                                           for r in mine if key(r) in runs])  # fmt: skip
-            decoding = [r for r in mine if r.get("decode_seconds", 0) > 0 and r.get("decode_tokens", 0) > 0]
-            if decoding:  # llama.cpp and babelspec: tokens/s after the prompt's prefill
-                entry["decode_tokens_per_s"] = _median([r["decode_tokens"] / r["decode_seconds"] for r in decoding])
-                if LLAMA_CPP in methods:
-                    runs = peer_runs[LLAMA_CPP]
-
-                    def decode_rate(r: dict) -> float:
-                        return r["decode_tokens"] / r["decode_seconds"]
-
-                    entry["decode_ratio_to_llama_cpp"] = _median(
-                        [decode_rate(r) / decode_rate(runs[key(r)]) for r in decoding
-                         if key(r) in runs and runs[key(r)].get("decode_tokens", 0) > 0])  # fmt: skip
-            if mine and "alpha" in mine[0]:
-                entry["alpha"] = _median([r["alpha"] for r in mine])
-                entry["c"] = _median([r["c"] for r in mine])
-                entry["mean_accepted_length"] = _median([r["mean_accepted_length"] for r in mine])
-            table[method] = entry
+            table[method] = _method_entry([r for r in rows if r["method"] == method], methods, base, peer_runs, cfg)
         drafted = [m for m in methods if m.startswith("babelspec:") and m != "babelspec:none"]
         best = {}
         for lang in cfg.langs:

