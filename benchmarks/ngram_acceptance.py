@@ -87,6 +87,32 @@ def continuations(lang: str, task: str, tok, n: int, max_tokens: int) -> list[tu
     return out
 
 
+def _cell_summary(acc: dict[str, list[float]], positions: int, texts: int, engine: dict[str, list[dict]]) -> dict:
+    """One language and task: each configuration's expected α, coverage and accepted tokens
+    per position, and the engine's α, tokens per step and tokens/s where it ran."""
+    return {
+        "positions": positions,
+        "texts": texts,
+        "expected": {
+            name: {
+                "alpha": round(statistics.fmean(v), 4) if v else None,
+                "coverage": round(len(v) / positions, 4) if positions else None,
+                "accepted_per_position": round(sum(v) / positions, 4) if positions else None,
+            }
+            for name, v in acc.items()
+        },
+        "engine": {
+            name: {
+                "alpha": round(sum(x["accepted"] for x in runs)
+                               / max(sum(x["accepted"] + x["rejections"] for x in runs), 1), 4),
+                "tokens_per_step": round(sum(x["tokens"] for x in runs) / max(sum(x["steps"] for x in runs), 1), 3),
+                "tokens_per_s": round(sum(x["tokens"] for x in runs) / max(sum(x["wall_seconds"] for x in runs), 1e-9), 3),
+            }
+            for name, runs in engine.items()
+        },
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--target", default="gemma-3-270m", help="a preset or a local model directory")
@@ -134,27 +160,7 @@ def main() -> None:
                         engine.setdefault(name, []).append(
                             {"accepted": r.accepted, "proposed": r.proposed, "rejections": r.rejections,
                              "steps": r.steps, "tokens": r.n_tokens, "wall_seconds": r.wall_seconds})
-            cell = {
-                "positions": positions,
-                "texts": len(pairs),
-                "expected": {
-                    name: {
-                        "alpha": round(statistics.fmean(v), 4) if v else None,
-                        "coverage": round(len(v) / positions, 4) if positions else None,
-                        "accepted_per_position": round(sum(v) / positions, 4) if positions else None,
-                    }
-                    for name, v in acc.items()
-                },
-                "engine": {
-                    name: {
-                        "alpha": round(sum(x["accepted"] for x in runs)
-                                       / max(sum(x["accepted"] + x["rejections"] for x in runs), 1), 4),
-                        "tokens_per_step": round(sum(x["tokens"] for x in runs) / max(sum(x["steps"] for x in runs), 1), 3),
-                        "tokens_per_s": round(sum(x["tokens"] for x in runs) / max(sum(x["wall_seconds"] for x in runs), 1e-9), 3),
-                    }
-                    for name, runs in engine.items()
-                },
-            }
+            cell = _cell_summary(acc, positions, len(pairs), engine)
             lang_out["tasks"][task] = cell
             print(lang, task, positions, json.dumps({k: v["alpha"] for k, v in cell["expected"].items()}),
                   json.dumps(cell["engine"]), flush=True)

@@ -7,6 +7,8 @@ on) for cycles, which a layers contract does not see inside one layer.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grimp
 import pytest
 
@@ -87,3 +89,15 @@ def test_no_top_level_package_imports_itself_back(graph) -> None:
 
     edges = _edges(graph, top)
     assert strongly_connected({top(m) for m in graph.modules}, edges) == []
+
+
+def test_no_function_outside_the_tests_is_longer_than_80_lines():
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    long = []
+    for path in sorted([*(root / "babelspec").rglob("*.py"), *(root / "benchmarks").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1})")
+    assert not long, f"split these into functions of at most 80 lines: {long}"

@@ -49,6 +49,50 @@ def weights_read_ms(model: torch.nn.Module, repeats: int = 7) -> tuple[float, fl
     return sum(w.nbytes for w in words) / 1e6, statistics.median(times[1:]) * 1e3
 
 
+def _interleaved_block_times(targets: dict, names: list, blocks: tuple[int, ...], prompt: list[int],
+                             repeats: int) -> dict:  # fmt: skip
+    """Seconds of each (target, block size) forward after ``prompt``, every cell once per round
+    in an order rotated per round; round 0 warms up and is dropped."""
+    context = len(prompt)
+    cells = [(name, b) for name in names for b in blocks]
+    times: dict[tuple[tuple[str, str], int], list[float]] = {c: [] for c in cells}
+    for round_ in range(repeats + 1):  # round 0 warms up and is dropped
+        shift = round_ % len(cells)
+        for name, b in cells[shift:] + cells[:shift]:
+            t = targets[name]
+            ids = [prompt[-1]] * b
+            t0 = time.perf_counter()
+            t.forward(ids)
+            elapsed = time.perf_counter() - t0
+            t.crop_or_replay(context)
+            if round_:
+                times[(name, b)].append(elapsed)
+    return times
+
+
+def _dtype_and_forward_ratios(figures: dict, dtypes: tuple[str, ...], forwards: tuple[str, ...]) -> dict:
+    """bf16 against float32, the default forward against each other one, today's default plain
+    step against the float32 Hugging Face one, where both sides were measured."""
+    out: dict = {}
+    if "float32" in figures and "bfloat16" in figures:
+        f32, b16 = figures["float32"], figures["bfloat16"]
+        out["bf16_speedup_decode"] = round(f32["decode_ms"] / b16["decode_ms"], 3)
+        out["bf16_speedup_verify"] = {b: round(f32["verify_ms"][b] / b16["verify_ms"][b], 3)
+                                      for b in b16["verify_ms"]}
+    if len(forwards) > 1:  # the default forward against each other one, per dtype
+        out["forward_speedup_decode"] = {
+            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["decode_ms"] / figures[d]["decode_ms"], 3)
+            for d in dtypes for f in forwards[1:]}  # fmt: skip
+        out["forward_speedup_plain_step"] = {
+            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["plain_generate_step_ms"]
+                                                / figures[d]["plain_generate_step_ms"], 3)
+            for d in dtypes for f in forwards[1:]}  # fmt: skip
+    if "float32/hf" in figures and "bfloat16" in figures:  # today's default against the old one
+        out["plain_step_speedup_vs_float32_hf"] = round(
+            figures["float32/hf"]["plain_generate_step_ms"] / figures["bfloat16"]["plain_generate_step_ms"], 3)
+    return out
+
+
 def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                   blocks: tuple[int, ...] = tuple(range(1, 10)), repeats: int = 15,
                   context: int = 64, plain_tokens: int = 16,
@@ -75,19 +119,7 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
     prompt = list(range(1000, 1000 + context))
     for t in targets.values():
         t.prefill(prompt)
-    cells = [(name, b) for name in names for b in blocks]
-    times: dict[tuple[tuple[str, str], int], list[float]] = {c: [] for c in cells}
-    for round_ in range(repeats + 1):  # round 0 warms up and is dropped
-        shift = round_ % len(cells)
-        for name, b in cells[shift:] + cells[:shift]:
-            t = targets[name]
-            ids = [prompt[-1]] * b
-            t0 = time.perf_counter()
-            t.forward(ids)
-            elapsed = time.perf_counter() - t0
-            t.crop_or_replay(context)
-            if round_:
-                times[(name, b)].append(elapsed)
+    times = _interleaved_block_times(targets, names, blocks, prompt, repeats)
     step: dict[tuple[str, str], list[float]] = {name: [] for name in names}
     for round_ in range(3):
         for name in (names if round_ % 2 == 0 else names[::-1]):
@@ -116,21 +148,5 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
             "weights_read_ms": round(floors[dtype][1], 2),  # the decode floor: every weight read once
             "decode_over_floor": round(decode * 1e3 / floors[dtype][1], 2),
         }
-    figures = out["dtypes"]
-    if "float32" in figures and "bfloat16" in figures:
-        f32, b16 = figures["float32"], figures["bfloat16"]
-        out["bf16_speedup_decode"] = round(f32["decode_ms"] / b16["decode_ms"], 3)
-        out["bf16_speedup_verify"] = {b: round(f32["verify_ms"][b] / b16["verify_ms"][b], 3)
-                                      for b in b16["verify_ms"]}
-    if len(forwards) > 1:  # the default forward against each other one, per dtype
-        out["forward_speedup_decode"] = {
-            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["decode_ms"] / figures[d]["decode_ms"], 3)
-            for d in dtypes for f in forwards[1:]}  # fmt: skip
-        out["forward_speedup_plain_step"] = {
-            f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["plain_generate_step_ms"]
-                                                / figures[d]["plain_generate_step_ms"], 3)
-            for d in dtypes for f in forwards[1:]}  # fmt: skip
-    if "float32/hf" in figures and "bfloat16" in figures:  # today's default against the old one
-        out["plain_step_speedup_vs_float32_hf"] = round(
-            figures["float32/hf"]["plain_generate_step_ms"] / figures["bfloat16"]["plain_generate_step_ms"], 3)
+    out.update(_dtype_and_forward_ratios(out["dtypes"], dtypes, forwards))
     return out

@@ -63,6 +63,26 @@ def _start(target: str, drafters: list[str], router: str | None, port: int, queu
     raise TimeoutError("the server did not start within 600 s")
 
 
+def _cell_entry(b: int, c: int, d: str, rec: list[dict], wall: float, reference: dict[int, str],
+                langs: list[str]) -> dict:  # fmt: skip
+    """One (batch, clients, drafter) cell: latency percentiles, tokens/s, α, and whether each
+    seeded request was answered as in the first cell of its drafter (``reference``)."""
+    latencies = [x["latency"] for x in rec]
+    alphas = [x["alpha"] for x in rec if x["alpha"] is not None]
+    return {
+        "batch": b, "clients": c, "drafter": d,
+        "p50_latency_s": round(statistics.median(latencies), 3),
+        "p99_latency_s": round(_percentile(latencies, 0.99), 3),
+        "tokens_per_s": round(sum(x["tokens"] for x in rec) / wall, 2),
+        "tokens": sum(x["tokens"] for x in rec), "wall_s": round(wall, 2),
+        "mean_alpha": round(statistics.mean(alphas), 3) if alphas else None,
+        # the same seeded request answered as in the first cell (batch, clients) of its drafter
+        "answers_equal_to_first_cell": all(x["text"] == reference[x["request"]] for x in rec),
+        "drafter_by_lang": {lang: sorted({x["drafter"] for x in rec if x["lang"] == lang}) for lang in langs},
+        "detected_by_lang": {lang: sorted({str(x["detected"]) for x in rec if x["lang"] == lang}) for lang in langs},
+    }  # fmt: skip
+
+
 def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None, router: str | None = None,
                 clients: int | list[int] = 4, requests: int = 16, max_tokens: int = 32, langs: list[str] | None = None,
                 port: int = 0, threads: int = 0, batches: list[int] | None = None) -> dict:  # fmt: skip
@@ -124,21 +144,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     reference = {d: {x["request"]: x["text"] for x in records[(batches[0], client_counts[0], d)]} for d in drafters}
     table = {}
     for b, c, d in cells:
-        rec = records[(b, c, d)]
-        latencies = [x["latency"] for x in rec]
-        alphas = [x["alpha"] for x in rec if x["alpha"] is not None]
-        table[(b, c, d)] = entry = {
-            "batch": b, "clients": c, "drafter": d,
-            "p50_latency_s": round(statistics.median(latencies), 3),
-            "p99_latency_s": round(_percentile(latencies, 0.99), 3),
-            "tokens_per_s": round(sum(x["tokens"] for x in rec) / walls[(b, c, d)], 2),
-            "tokens": sum(x["tokens"] for x in rec), "wall_s": round(walls[(b, c, d)], 2),
-            "mean_alpha": round(statistics.mean(alphas), 3) if alphas else None,
-            # the same seeded request answered as in the first cell (batch, clients) of its drafter
-            "answers_equal_to_first_cell": all(x["text"] == reference[d][x["request"]] for x in rec),
-            "drafter_by_lang": {lang: sorted({x["drafter"] for x in rec if x["lang"] == lang}) for lang in langs},
-            "detected_by_lang": {lang: sorted({str(x["detected"]) for x in rec if x["lang"] == lang}) for lang in langs},
-        }  # fmt: skip
+        table[(b, c, d)] = entry = _cell_entry(b, c, d, records[(b, c, d)], walls[(b, c, d)], reference[d], langs)
         first = table[(b, client_counts[0], d)]
         if c != client_counts[0]:
             entry[f"tokens_per_s_over_{client_counts[0]}_clients"] = round(entry["tokens_per_s"] / first["tokens_per_s"], 3)

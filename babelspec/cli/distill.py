@@ -77,6 +77,11 @@ def distill_command(
     if as_json:
         typer.echo(json.dumps({k: v for k, v in meta.items() if k != "losses"}, indent=2))
         return
+    _print_summary(cfg, meta, out)
+
+
+def _print_summary(cfg, meta: dict, out: Path) -> None:
+    """What was read and held out, where the drafter went, and its acceptance before and after."""
     d = cfg.data
     read = ", ".join(filter(None, [d.train_source, *d.text_sources, *(f"mix {m}" for m in d.mix)])) or "bundled train split"
     typer.echo(f"trained on {read}; held out: {d.test_source or 'bundled test split'}")

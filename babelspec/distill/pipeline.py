@@ -382,6 +382,32 @@ def split_dev(examples: list[Example], n_dev: int, seed: int) -> tuple[list[Exam
             [e for i, e in enumerate(examples) if i in held])  # fmt: skip
 
 
+def _claim_output(config: DistillConfig, out_dir: Path) -> None:
+    """Write the run's configuration into ``out_dir``; refuse a folder holding a run with
+    another one (only the training budget may change on resume)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    saved_config = out_dir / "distill_config.json"
+    if latest_checkpoint(out_dir) is not None and saved_config.exists():
+        before = json.loads(saved_config.read_text())
+        now = json.loads(json.dumps(config.to_dict()))
+        if {k: v for k, v in before.items() if k != "train"} != \
+                {k: v for k, v in now.items() if k != "train"}:
+            raise ValueError(f"{out_dir} holds a run with another configuration; resume it with "
+                             "the same settings or use a new output directory")
+    write_json_atomic(saved_config, config.to_dict())
+
+
+def _evaluation_before(out_dir: Path, student, sets, config: DistillConfig, pad_id: int) -> dict:
+    """The student's evaluation before training, computed once per output folder."""
+    before_path = out_dir / "eval_before.json"
+    if before_path.exists():
+        return json.loads(before_path.read_text())
+    student.eval()
+    before = evaluate(student, sets, config, pad_id)
+    write_json_atomic(before_path, before)
+    return before
+
+
 def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: bool = True,
                 stop_after: int | None = None, teacher: Teacher | None = None) -> dict[str, Any]:
     """Distil ``config.student`` from ``config.teacher`` into ``out_dir`` (a loadable drafter).
@@ -395,16 +421,7 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
 
     config.validate()
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    saved_config = out_dir / "distill_config.json"
-    if latest_checkpoint(out_dir) is not None and saved_config.exists():
-        before = json.loads(saved_config.read_text())
-        now = json.loads(json.dumps(config.to_dict()))
-        if {k: v for k, v in before.items() if k != "train"} != \
-                {k: v for k, v in now.items() if k != "train"}:
-            raise ValueError(f"{out_dir} holds a run with another configuration; resume it with "
-                             "the same settings or use a new output directory")
-    write_json_atomic(saved_config, config.to_dict())
+    _claim_output(config, out_dir)
     walls: dict[str, float] = {}
     started = time.perf_counter()
     if teacher is None:
@@ -430,13 +447,7 @@ def run_distill(config: DistillConfig, out_dir: str | os.PathLike, *, progress: 
     student = build_student(spec, teacher.model, kept_ids=kept)
     pad_id = teacher.tokenizer.pad_token_id or 0
 
-    before_path = out_dir / "eval_before.json"
-    if before_path.exists():
-        before = json.loads(before_path.read_text())
-    else:
-        student.eval()
-        before = evaluate(student, sets, config, pad_id)
-        write_json_atomic(before_path, before)
+    before = _evaluation_before(out_dir, student, sets, config, pad_id)
 
     def eval_fn(s):
         return evaluate(s, sets, config, pad_id)

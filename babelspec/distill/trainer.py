@@ -283,6 +283,30 @@ def _evaluate(student: Student, state: TrainState, config: TrainConfig, out_dir:
     state.eval_seconds += time.perf_counter() - started
 
 
+def _accumulate_gradients(student: Student, examples: Sequence[Example], order, config: TrainConfig,
+                          pad_id: int) -> float:  # fmt: skip
+    """One step's micro-batches (``order``: its examples), gradients summed; the step's loss."""
+    total = 0.0
+    for j in range(config.grad_accum):
+        chosen = order[j * config.batch_size : (j + 1) * config.batch_size]
+        batch = collate([examples[i] for i in chosen], config.max_seq_len, pad_id)
+        loss = batch_loss(student, batch, config.loss) / config.grad_accum
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
+def _why_stop(state: TrainState, config: TrainConfig) -> str:
+    """Why training ends after this step ("" to go on): patience, budget or the last step."""
+    if config.patience and state.evals_without_gain >= config.patience:
+        return "patience"
+    if config.budget_seconds and state.train_seconds + state.eval_seconds >= config.budget_seconds:
+        return "budget"
+    if state.step == config.steps:
+        return "steps"
+    return ""
+
+
 def train(
     student: Student,
     examples: Sequence[Example],
@@ -334,13 +358,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         order = example_order(len(examples), config.seed, state.step * micro_examples,
                               micro_examples)
-        total = 0.0
-        for j in range(config.grad_accum):
-            chosen = order[j * config.batch_size : (j + 1) * config.batch_size]
-            batch = collate([examples[i] for i in chosen], config.max_seq_len, pad_id)
-            loss = batch_loss(student, batch, config.loss) / config.grad_accum
-            loss.backward()
-            total += float(loss.detach())
+        total = _accumulate_gradients(student, examples, order, config, pad_id)
         if config.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
         optimizer.step()
@@ -352,12 +370,7 @@ def train(
         bar.set_postfix(loss=f"{total:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
         if evaluating and (state.step % config.eval_every == 0 or state.step == config.steps):
             _evaluate(student, state, config, out_dir, dev, eval_fn, pad_id)
-        if config.patience and state.evals_without_gain >= config.patience:
-            state.stopped = "patience"
-        elif config.budget_seconds and state.train_seconds + state.eval_seconds >= config.budget_seconds:
-            state.stopped = "budget"
-        elif state.step == config.steps:
-            state.stopped = "steps"
+        state.stopped = _why_stop(state, config)
         if state.step % config.checkpoint_every == 0 or state.step == last or state.stopped:
             save_checkpoint(out_dir, student, optimizer, scheduler, state, config)
     bar.close()

@@ -94,6 +94,22 @@ def _build_table(k: int, ctx: np.ndarray, nxt: np.ndarray, cnt: np.ndarray, conf
     )
 
 
+def _checked_documents(tokens: np.ndarray, doc_lengths: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``tokens`` as a 1-D array of ids >= 0 and the documents' lengths (one document when
+    None), which must add up to it; a clear error otherwise."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D array of token ids (got shape {tokens.shape})")
+    if tokens.size and int(tokens.min()) < 0:
+        raise ValueError("token ids must be >= 0")
+    if doc_lengths is None:
+        doc_lengths = np.array([tokens.size], dtype=np.int64)
+    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if int(doc_lengths.sum()) != tokens.size:
+        raise ValueError(f"document lengths sum to {int(doc_lengths.sum())} but there are {tokens.size} tokens")
+    return tokens, doc_lengths
+
+
 def count_ngrams(
     tokens: np.ndarray,
     doc_lengths: np.ndarray | None = None,
@@ -107,17 +123,7 @@ def count_ngrams(
     ``tokens`` holds the documents back to back; ``doc_lengths`` their lengths (one document
     when None). ``tokenizer`` is the fingerprint stored with the model.
     """
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 1:
-        raise ValueError(f"tokens must be a 1-D array of token ids (got shape {tokens.shape})")
-    if tokens.size and int(tokens.min()) < 0:
-        raise ValueError("token ids must be >= 0")
-    if doc_lengths is None:
-        doc_lengths = np.array([tokens.size], dtype=np.int64)
-    doc_lengths = np.asarray(doc_lengths, dtype=np.int64)
-    if int(doc_lengths.sum()) != tokens.size:
-        raise ValueError(f"document lengths sum to {int(doc_lengths.sum())} but there are {tokens.size} tokens")
-
+    tokens, doc_lengths = _checked_documents(tokens, doc_lengths)
     n_tokens = int(tokens.size)
     present = np.bincount(tokens, minlength=1) > 0 if n_tokens else np.zeros(0, bool)
     vocab_map = np.flatnonzero(present).astype(np.uint32)
