@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test test-peers install clean
+.PHONY: demo test test-glue-off test-peers install clean
 
 install: $(STAMP)
 
@@ -52,6 +52,13 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers"
+
+# The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0): the
+# torch operations and a bf16 cache, what runs where no compiler builds the glue. .ci/run runs it.
+test-glue-off: $(STAMP)
+	BABELSPEC_NATIVE=0 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
+		tests/test_engine_lossless.py tests/test_engine_greedy.py tests/test_engine_tree.py \
+		tests/test_models_equivalence.py tests/test_models_lean.py
 
 test-peers: $(LLAMA_STAMP)
 	$(BIN)/python -m pytest -q -m peers

@@ -65,8 +65,39 @@ def model_dtype(model: torch.nn.Module) -> torch.dtype:
     return next(model.parameters()).dtype
 
 
+def execution_plan(target: Any) -> dict[str, Any]:
+    """What runs a target's forward, decided when it was built: ``forward`` (``lean``, babelspec's
+    own, or ``hf``), ``glue`` (the lean forward's C glue built and on), the ``weights`` and KV
+    ``cache`` dtypes, and the target mode (``precision``, e.g. w8a8) where one is set."""
+    lean = getattr(target, "lean", None)
+    model = getattr(target, "model", None)
+    weights = ""
+    if model is not None:
+        try:
+            weights = dtype_name(model_dtype(model))
+        except StopIteration:
+            pass
+    cache = getattr(lean, "cache_dtype", None)
+    plan: dict[str, Any] = {"forward": "lean" if lean is not None else "hf",
+                            "glue": getattr(lean, "glue", None) is not None, "weights": weights,
+                            "cache": dtype_name(cache) if cache is not None else weights}  # fmt: skip
+    if getattr(target, "precision", None):
+        plan["precision"] = target.precision
+    return plan
+
+
+def describe_plan(plan: dict[str, Any] | None) -> str:
+    """``lean forward, C glue, float32 KV cache`` (empty where no plan was recorded)."""
+    if not plan:
+        return ""
+    parts = [f"{plan.get('forward', '?')} forward", "C glue" if plan.get("glue") else "no C glue",
+             f"{plan.get('cache', '?')} KV cache"]
+    return ", ".join(parts)
+
+
 def execution_info(target: Any = None, dtype: torch.dtype | None = None) -> dict[str, Any]:
-    """``{"dtype", "mode", "threads", "device", "cpu"}`` for a target (a ``CausalLM``) or dtype."""
+    """``{"dtype", "mode", "threads", "device", "cpu"}`` for a target (a ``CausalLM``) or dtype,
+    and the target's execution ``plan`` (``execution_plan``)."""
     import torch
 
     if dtype is None and target is not None:
@@ -83,6 +114,8 @@ def execution_info(target: Any = None, dtype: torch.dtype | None = None) -> dict
         info["gpu"] = torch.cuda.get_device_name(device)
     if getattr(target, "precision", None):
         info["precision"] = target.precision
+    if target is not None:
+        info["plan"] = execution_plan(target)
     return info
 
 
@@ -94,8 +127,9 @@ def describe(info: dict[str, Any]) -> str:
     mode = f"{info.get('dtype', '?')} ({info.get('mode', '?')} mode)"
     if info.get("precision"):
         mode += f", {info['precision']} target"
-    return (f"{mode}, "
-            f"{info.get('threads', '?')} threads, {where}")
+    plan = describe_plan(info.get("plan"))
+    return (f"{mode}, " + (f"{plan}, " if plan else "")
+            + f"{info.get('threads', '?')} threads, {where}")
 
 
 def machine_fingerprint(target: Any = None) -> dict[str, Any]:
@@ -117,6 +151,8 @@ def machine_fingerprint(target: Any = None) -> dict[str, Any]:
     out = {"host": socket.gethostname(), "device": name, "dtype": dtype, "threads": torch.get_num_threads()}
     if getattr(target, "precision", None):
         out["precision"] = target.precision  # a target mode (w8a8): another model, another speed
+    if target is not None:
+        out["plan"] = execution_plan(target)
     return out
 
 
@@ -146,7 +182,7 @@ def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "kind": kind, "device": _device(machine),
             "dtype": machine.get("dtype", ""),
             "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
-            "precision": machine.get("precision", ""),
+            "precision": machine.get("precision", ""), "plan": machine.get("plan", {}),
             "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
         entry["generations"] += 1
         entry["hosts"].add(machine.get("host", ""))
@@ -164,7 +200,9 @@ def describe_machines(summary: list[dict[str, Any]]) -> str:
         where = f" on {hosts} hosts" if hosts > 1 else ""
         threads = f"{e['threads']} thread{'' if e['threads'] == 1 else 's'}"
         target = f", {e['precision']} target" if e.get("precision") else ""
-        return f"{e['dtype']} ({e['mode']} mode){target}, {threads} per generation, {e['device']}{where}"
+        plan = describe_plan(e.get("plan"))
+        plan = f", {plan}" if plan else ""
+        return f"{e['dtype']} ({e['mode']} mode){target}{plan}, {threads} per generation, {e['device']}{where}"
 
     if len(summary) == 1:
         return one(summary[0])

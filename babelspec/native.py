@@ -6,7 +6,7 @@ A bf16 decode step of Gemma-3-270M runs some 1,300 such operations at 3-6 µs ea
 drafter's step beside its products. ``torch.compile`` removes the operations but not the cost
 of a call: a compiled norm-and-residual region costs 28 µs a call against 32 µs eager, and this
 C version 5 µs (``benchmarks/results/native_glue.json``). The functions (``native.c``) are plain C on
-raw bf16 buffers, built once per source with the system's C compiler into the user cache
+raw bf16 buffers, built once per source, compiler, flags and platform with the system's C compiler into the user cache
 (``models.cache_dir``) and loaded with ``ctypes``: no torch headers, a build of about a
 second, no instructions beyond the compiler's default target, so the same file runs on any
 x86-64 CPU. Where no compiler is found (or ``BABELSPEC_NATIVE=0``), ``glue()`` is None and the
@@ -22,9 +22,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -42,22 +44,38 @@ SIGNATURES = {
 }
 
 
-def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
-    """Compile ``source`` into a shared library named by its content's hash (kept: a second call
-    finds it), written under a temporary name and renamed, so a crash leaves no partial file."""
-    text = source.read_bytes()
-    out_dir = out_dir or cache_dir() / "native"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{source.stem}-{hashlib.sha256(text).hexdigest()[:16]}.so"
-    if path.exists():
-        return path
+FLAGS = ("-O3", "-shared", "-fPIC")
+
+
+def _compiler() -> tuple[str, str]:
+    """(the C compiler, its version line); a RuntimeError naming the fix when there is none."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC, or install gcc)")
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise RuntimeError(f"the C compiler {compiler} does not run: {err}") from None
+    return compiler, (version.splitlines() or [""])[0]
+
+
+def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
+    """Compile ``source`` into a shared library named by what made it: the source, the compiler
+    and its version, the flags and the platform (kept: a second call finds it; another compiler
+    or machine builds its own), written under a temporary name and renamed, so a crash leaves no
+    partial file."""
+    compiler, version = _compiler()
+    key = b"\0".join([source.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode(),
+                      platform.platform().encode(), platform.machine().encode()])  # fmt: skip
+    out_dir = out_dir or cache_dir() / "native"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{source.stem}-{hashlib.sha256(key).hexdigest()[:16]}.so"
+    if path.exists():
+        return path
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", tmp, str(source), "-lm"],
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(source), "-lm"],
                               capture_output=True, text=True)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed on {source.name}: {done.stderr.strip()[-2000:]}")
@@ -116,11 +134,14 @@ class Glue:
 
 @lru_cache(maxsize=1)
 def glue() -> Glue | None:
-    """The built glue, or None: ``BABELSPEC_NATIVE=0``, or no compiler (the torch operations then
-    run; nothing else changes)."""
+    """The built glue, or None: ``BABELSPEC_NATIVE=0``, or it cannot be built here (the torch
+    operations then run, and the bf16 forward keeps its cache in bf16: the last bits of results
+    change; a warning says so once, and every result records it in its execution plan)."""
     if os.environ.get(NATIVE_ENV, "1").strip() == "0":
         return None
     try:
         return Glue(build())
-    except (RuntimeError, OSError):
+    except (RuntimeError, OSError) as err:
+        warnings.warn(f"babelspec's C glue is unavailable ({err}); the bf16 forward runs the torch operations "
+                      "and a bf16 cache instead (slower, and the last bits of results differ)", stacklevel=2)
         return None

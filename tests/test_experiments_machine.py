@@ -75,3 +75,26 @@ def test_the_report_names_the_machines_generations_ran_on_not_the_drivers():
     assert line.endswith("bfloat16 (fast mode), 4 threads per generation, CPU X (1 generation)")
     w8a8 = machines_summary([{**worker, "precision": "w8a8"}])
     assert describe_machines(w8a8) == "bfloat16 (fast mode), w8a8 target, 1 thread per generation, CPU X"
+
+
+def test_every_result_records_its_execution_plan():
+    import torch
+    from tiny import tiny_qwen3
+
+    from babelspec.machine import describe, describe_machines, execution_info, machines_summary
+    from babelspec.native import glue
+    from babelspec.target import Target
+
+    bf16 = tiny_gemma3().to(torch.bfloat16)
+    bf16.set_attn_implementation("eager")
+    target = Target(bf16)
+    plan = machine_fingerprint(target)["plan"]
+    assert plan["forward"] == "lean" and plan["weights"] == "bfloat16"
+    assert plan["glue"] == (glue() is not None and target.lean.glue is not None)
+    assert plan["cache"] == ("float32" if target.lean.cache_dtype == torch.float32 else "bfloat16")
+    target.lean.set_native(False)  # the glue and float32 attention off: another plan, said so
+    off = execution_info(target)["plan"]
+    assert not off["glue"] and off["cache"] == "bfloat16" and "no C glue" in describe(execution_info(target))
+    assert execution_info(Target(tiny_qwen3()))["plan"]["forward"] == "hf"  # a family without the lean forward
+    line = describe_machines(machines_summary([machine_fingerprint(target)]))
+    assert "lean forward" in line and "bfloat16 KV cache" in line

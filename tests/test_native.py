@@ -114,3 +114,22 @@ def test_an_int8_drafter_adopts_a_bf16_cache_in_float32():
     ours = layer.keys[..., :5].transpose(2, 3) if layer.keys_t else layer.keys[:, :, :5]
     assert layer.length == 5 and layer.keys.dtype == torch.float32
     assert torch.equal(ours, keys.float()) and torch.equal(layer.values[:, :, :5], cache.layers[0].values[:, :, :5].float())
+
+
+def test_the_build_is_keyed_by_compiler_and_a_missing_one_is_said(tmp_path, monkeypatch):
+    if native.shutil.which("cc") is None and native.shutil.which("gcc") is None:
+        pytest.skip("no C compiler here")
+    first = native.build(out_dir=tmp_path)
+    wrapper = tmp_path / "other-cc"  # another compiler (here the same one under another name)
+    wrapper.write_text(f"#!/bin/sh\nexec {native._compiler()[0]} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("CC", str(wrapper))
+    assert native.build(out_dir=tmp_path) != first  # its own library, not the other compiler's
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv(native.NATIVE_ENV, "1")
+    native.glue.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="C glue is unavailable"):
+            assert native.glue() is None
+    finally:
+        native.glue.cache_clear()
