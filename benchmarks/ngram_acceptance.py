@@ -28,7 +28,7 @@ import torch
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
 from babelspec.drafters.base import NoDrafter, Verdict
-from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
+from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, train
 from babelspec.sampling import SamplingConfig, logits_to_probs

@@ -8,7 +8,7 @@ walked the same way (``NgramDraftConfig()``):
 
 * ``corpus``: counted on the bundled monolingual train split (the paper's);
 * ``general``: the target's top-20 soft targets over the first ``--tokens`` positions of that
-  split, teacher-forced (``babelspec.distill.ngram``, general mode: forwards only);
+  split, teacher-forced (``babelspec.distill.ngram_distill``, general mode: forwards only);
 * ``task``: its soft targets over its own sampled responses to ``--train-prompts`` *train*
   prompts of the task (task mode: a generation per prompt);
 * ``general+task``: both.
@@ -30,8 +30,8 @@ from ngram_acceptance import expected_acceptance
 
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
-from babelspec.distill.ngram import DistillConfig, distil, task_responses
-from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
+from babelspec.distill.ngram_distill import DistillConfig, distil, task_responses
+from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.fileio import write_text_atomic
 from babelspec.machine import execution_info
 from babelspec.ngram import CountConfig, train

@@ -54,7 +54,7 @@ def test_quant_settings_are_named_by_gamma_only_where_several_run() -> None:
 
 def test_tree_bench_chains_are_chains_and_trees_have_their_budget_and_depth() -> None:
     """Without ``tree=0`` a chain setting would be the drafter's default tree under greedy."""
-    from babelspec.drafters.ngram import NgramDraftConfig, parse_spec
+    from babelspec.drafters.ngram_drafter import NgramDraftConfig, parse_spec
 
     specs = tree_specs(TreeBenchConfig(gamma=4, budgets=(8,), branches=(2, 4)))
     assert list(specs) == ["plain", "chain γ=4", "chain γ=8", "tree 8 branch 2", "tree 8 branch 2 deep",

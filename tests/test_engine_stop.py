@@ -11,7 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from babelspec.drafters.base import NoDrafter
 from babelspec.drafters.model import ModelDrafter
-from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
+from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.drafters.selfdraft import SelfDrafter, truncated_model
 from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
 from babelspec.engine import generate

@@ -13,7 +13,7 @@ from babelspec.drafters import make_drafter
 from babelspec.drafters.auto import WARMUP_STEPS, RoutedDrafter
 from babelspec.drafters.base import Draft, Drafter, Verdict
 from babelspec.engine import generate
-from babelspec.routing import Route
+from babelspec.router import Route
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 

@@ -10,8 +10,8 @@ import pytest
 from experiments_fixtures import record, small_store
 
 from babelspec.experiments import aggregate as agg
-from babelspec.experiments.router import build_router
-from babelspec.routing import Router
+from babelspec.experiments.route_choice import build_router
+from babelspec.router import Router
 
 
 @pytest.fixture
@@ -171,7 +171,7 @@ def test_a_route_of_one_task_names_that_tasks_drafter(records):
 
 
 def test_the_default_router_lives_in_babelspecs_cache_directory(tmp_path, monkeypatch):
-    from babelspec.routing import default_router_path
+    from babelspec.router import default_router_path
 
     monkeypatch.delenv("BABELSPEC_ROUTER", raising=False)
     monkeypatch.setenv("BABELSPEC_CACHE", str(tmp_path / "cache"))

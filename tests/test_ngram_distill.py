@@ -8,7 +8,7 @@ import torch
 from ngram_tiny import word_tokenizer
 from tiny import tiny_qwen3
 
-from babelspec.distill.ngram import DistillConfig, Observations, distil, score
+from babelspec.distill.ngram_distill import DistillConfig, Observations, distil, score
 from babelspec.ngram import CountConfig, count_ngrams
 from babelspec.ngram.counting import count_weighted
 from babelspec.sampling import SamplingConfig, logits_to_probs

@@ -14,7 +14,7 @@ from tiny import tiny_qwen3
 
 from babelspec.drafters import make_drafter
 from babelspec.drafters.base import Verdict
-from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
+from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.engine import generate
 from babelspec.ngram import CountConfig, TokenizerMismatchError, count_ngrams, train
 from babelspec.sampling import SamplingConfig
@@ -276,7 +276,7 @@ def test_ngram_trees_keep_the_engine_lossless(sampling, recycle, bigram_file, to
 def test_the_default_is_a_tree_under_greedy_decoding_where_the_target_verifies_trees(bigram_file, tokenizer):
     from tiny import tiny_gemma3
 
-    from babelspec.drafters.ngram import DEFAULT_TREE
+    from babelspec.drafters.ngram_drafter import DEFAULT_TREE
 
     gemma = tiny_gemma3(vocab=V, seed=3)
     gemma.set_attn_implementation("eager")

@@ -103,7 +103,7 @@ def _spec_list(text: str) -> list[str]:
     with it: ``none,real-bigram@,tree=15,int8`` is none, real-bigram@,tree=15 and int8."""
     from dataclasses import fields
 
-    from babelspec.drafters.ngram import NgramDraftConfig
+    from babelspec.drafters.ngram_drafter import NgramDraftConfig
 
     options = {f.name for f in fields(NgramDraftConfig)}
     specs: list[str] = []
@@ -245,7 +245,7 @@ def bench_ngram(
     ),
 ) -> None:
     """Counting throughput, proposal latency, file size and memory of the n-gram drafter."""
-    from babelspec.bench.ngram import run_bench
+    from babelspec.bench.ngram_speed import run_bench
 
     try:
         result = run_bench(n_tokens=tokens, vocab=vocab, order=order, proposals=proposals, corpus=corpus)

@@ -36,7 +36,7 @@ def default_drafters(n_layers: int) -> list[str]:
 
 
 # Per-language n-grams built for the benchmark: the paper's bigram on the bundled train split,
-# the bigram distilled from the target's distributions over it (babelspec.distill.ngram), and
+# the bigram distilled from the target's distributions over it (babelspec.distill.ngram_distill), and
 # the bigram of the language's real monolingual sets in the corpora folder, FLORES-200's test
 # sentences left out (``bench tree``'s). Each may carry n-gram options: ``real-bigram@,tree=15``.
 LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@", "real-bigram@")
@@ -68,8 +68,8 @@ def language_ngram(spec: str, target: Any, data_root: str = "") -> Any:
     """The drafter of a filled ``bigram@LANG`` / ``distilled-bigram@LANG`` / ``real-bigram@LANG``
     spec (with its n-gram options, if any), built in memory."""
     from babelspec.data.corpus import monolingual
-    from babelspec.distill.ngram import distil_texts
-    from babelspec.drafters.ngram import NgramDraftConfig, ngram_drafter_of, parse_spec
+    from babelspec.distill.ngram_distill import distil_texts
+    from babelspec.drafters.ngram_drafter import NgramDraftConfig, ngram_drafter_of, parse_spec
     from babelspec.ngram import CountConfig, train
 
     name, options = parse_spec(spec)

@@ -12,7 +12,7 @@ from babelspec.bench.cli import bench_app
 from babelspec.cli.data import data_app
 from babelspec.cli.distill import distill_command
 from babelspec.cli.generate import generate
-from babelspec.cli.ngram import ngram_app
+from babelspec.cli.ngram_commands import ngram_app
 from babelspec.cli.serve import serve_command
 from babelspec.cli.study import report_command, run_command
 

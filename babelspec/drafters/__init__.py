@@ -36,7 +36,7 @@ def _model(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 
 
 def _ngram(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
-    from babelspec.drafters.ngram import ngram_drafter
+    from babelspec.drafters.ngram_drafter import ngram_drafter
 
     return ngram_drafter(arg, target, context)
 

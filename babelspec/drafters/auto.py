@@ -1,6 +1,6 @@
 """``auto`` / ``auto:ROUTER.json``: the drafter and gamma the router chose for the language.
 
-The router (``babelspec.routing``, written by ``babelspec.experiments.router``) was built
+The router (``babelspec.router``, written by ``babelspec.experiments.route_choice``) was built
 from measured speedups, per language and task; this drafter builds the chosen one and
 proposes at most the chosen gamma. It also watches its own acceptance during a generation:
 once enough steps are judged and the online estimate of f falls below 1.0, it stops drafting
@@ -18,7 +18,7 @@ import torch
 
 from babelspec.drafters.base import Draft, Drafter, DrafterWrapper, NoDrafter, Verdict
 from babelspec.numeric import finite_or
-from babelspec.routing import Route, Router, default_router_path
+from babelspec.router import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 

@@ -29,7 +29,7 @@ import numpy as np
 from babelspec.experiments.store import ExampleRecord
 from babelspec.machine import machine_kind
 from babelspec.numeric import is_finite, median
-from babelspec.routing import BASELINE
+from babelspec.router import BASELINE
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 
 POSITION_BIN_TOKENS = 16  # output-position bins for acceptance along the generation

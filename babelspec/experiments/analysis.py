@@ -12,11 +12,11 @@ from typing import Any
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
 from babelspec.experiments.divergence import resourcedness_correlation
-from babelspec.experiments.router import build_router
+from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import machines_summary
-from babelspec.routing import Route, Router
+from babelspec.router import Route, Router
 
 
 def open_store(run_dir: str | Path) -> Store:

@@ -195,7 +195,7 @@ def resolve_language(name: str) -> str:
 
 
 # What a distilled n-gram (kind = "ngram" with distil) learns from: the target's distributions
-# over train text, and over its answers to a task's train prompts (babelspec.distill.ngram).
+# over train text, and over its answers to a task's train prompts (babelspec.distill.ngram_distill).
 DISTIL_MODES = ("general", "task")
 
 

@@ -125,7 +125,7 @@ def _monolingual_train(req: PrepareRequest) -> list[str]:
 # ``corpus`` picks the text (see corpus_sources).
 _NGRAM_COUNT_OPTIONS = ("order", "min_count", "max_continuations")
 # distil_tokens: general-mode positions; distil_prompts / distil_max_new_tokens: task mode;
-# distil_top_k, distil_corpus_weight: see babelspec.distill.ngram.DistillConfig.
+# distil_top_k, distil_corpus_weight: see babelspec.distill.ngram_distill.DistillConfig.
 DISTIL_OPTIONS = ("distil_tokens", "distil_prompts", "distil_max_new_tokens", "distil_top_k",
                   "distil_corpus_weight")
 
@@ -158,10 +158,10 @@ def _prepare_ngram(req: PrepareRequest) -> str:
 
 
 def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], options: dict[str, Any]) -> Any:
-    """A distilled n-gram (``babelspec.distill.ngram``): ``distil = "general"``, ``"task"`` or
+    """A distilled n-gram (``babelspec.distill.ngram_distill``): ``distil = "general"``, ``"task"`` or
     ``["general", "task"]``; task mode answers the train prompts of the setting's
     ``trained_on`` task (translation when it names none)."""
-    distill = _require("babelspec.distill.ngram", "the distilled n-gram drafter")
+    distill = _require("babelspec.distill.ngram_distill", "the distilled n-gram drafter")
     from babelspec.sampling import SamplingConfig
 
     modes = options.pop("distil")

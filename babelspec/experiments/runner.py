@@ -385,7 +385,7 @@ def _progress(total: int, initial: int, enabled: bool):
 
 def install_router(router_path: Path) -> Path | None:
     """Copy a run's router to where ``--drafter auto`` finds it without a file name."""
-    from babelspec.routing import Router, default_router_path
+    from babelspec.router import Router, default_router_path
 
     dest = default_router_path()
     try:  # save() re-bases drafter paths on the copy's folder, so they stay valid

@@ -20,7 +20,7 @@ from babelspec.data.langid import OutputChecker
 from babelspec.experiments.config import DrafterSetting, ExperimentConfig
 from babelspec.experiments.store import ExampleRecord
 from babelspec.machine import machine_fingerprint
-from babelspec.routing import BASELINE
+from babelspec.router import BASELINE
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """N-gram drafting models: vectorised counting (``counting``), the file format (``model``),
 counting the target's own distributions (``distill``),
 corpus tokenisation and the tokenizer fingerprint (``corpus``), the CLI (``cli``) and the
-benchmark (``bench``). The drafter that walks a model is ``babelspec.drafters.ngram``."""
+benchmark (``bench``). The drafter that walks a model is ``babelspec.drafters.ngram_drafter``."""
 
 from babelspec.ngram.counting import CountConfig, count_ngrams, count_weighted
 from babelspec.ngram.model import NgramFileError, NgramModel, NgramTable, TokenizerMismatchError

@@ -199,7 +199,7 @@ def count_weighted(
     Observation i says that ``next_tokens[i]`` followed the ``config.order - 1`` token ids
     ``contexts[i]`` (oldest first; −1 where the text had not started), ``weights[i]`` times.
     Weights are non-negative integers: soft counts, e.g. a teacher's next-token probabilities
-    scaled to integers (``babelspec.distill.ngram``). Equal (context, next) pairs add up; a
+    scaled to integers (``babelspec.distill.ngram_distill``). Equal (context, next) pairs add up; a
     shorter context k takes the last k columns, so every order's table sums the same weights.
     """
     n_ctx = config.order - 1

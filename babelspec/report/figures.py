@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from babelspec.numeric import is_finite
-from babelspec.routing import BASELINE  # noqa: E402
+from babelspec.router import BASELINE  # noqa: E402
 
 
 def _png(fig) -> bytes:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from babelspec.drafters.base import resolve_gamma
-from babelspec.routing import Router, default_router_path
+from babelspec.router import Router, default_router_path
 from babelspec.serve.metrics import Metrics
 from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
 

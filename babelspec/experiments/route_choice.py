@@ -8,7 +8,7 @@ default), and its predicted speedup is what it measured on the odd-numbered prom
 that interval. A maximum of noisy medians reported on the data that picked it overstates
 (the winner's curse); the held-out number does not. Without a plain-decoding baseline the
 theoretical f decides instead. The ``auto`` drafter (``babelspec.drafters.auto``) reads the
-file (``babelspec.routing``) and also falls back online when its own acceptance in a
+file (``babelspec.router``) and also falls back online when its own acceptance in a
 generation says drafting no longer pays.
 """
 
@@ -18,7 +18,7 @@ import math
 
 from babelspec.experiments.aggregate import SettingStats, held_out_split, setting_stats
 from babelspec.experiments.store import ExampleRecord
-from babelspec.routing import ANY_TASK, BASELINE, Route, Router
+from babelspec.router import ANY_TASK, BASELINE, Route, Router
 
 
 def _selection(s: SettingStats, min_speedup: float) -> tuple[float, str] | None:

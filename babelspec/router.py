@@ -1,5 +1,5 @@
 """What the router chose, per language and task: the data types the study writes
-(``babelspec.experiments.router``) and the ``auto`` drafter reads, with their JSON file.
+(``babelspec.experiments.route_choice``) and the ``auto`` drafter reads, with their JSON file.
 
 It sits below both, so the mechanism (drafters) never imports the study (experiments).
 """

@@ -99,7 +99,7 @@ def distil_command(
     output: Path = typer.Option(..., "--output", "-o", help="The n-gram file to write."),
 ) -> None:
     """Count a bigram on the target's own next-token distributions (a distilled n-gram drafter)."""
-    from babelspec.distill.ngram import DistillConfig, distil_texts
+    from babelspec.distill.ngram_distill import DistillConfig, distil_texts
     from babelspec.ngram.corpus import corpus_texts
     from babelspec.sampling import SamplingConfig
 

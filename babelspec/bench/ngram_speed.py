@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Verdict
-from babelspec.drafters.ngram import NgramDraftConfig, NgramDrafter
+from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.ngram.counting import CountConfig, count_ngrams
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import SamplingConfig
