@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 import torch
 from greenlet import greenlet
 
-from babelspec.lean import MERGE_MAX_TOKENS, Block, LeanCache, LeanGemma3
+from babelspec.forward.cache import LeanCache
+from babelspec.forward.gemma3 import Block, LeanGemma3
+from babelspec.forward.kernels import MERGE_MAX_TOKENS
 from babelspec.target import Target
 
 log = logging.getLogger("babelspec.batching")

@@ -15,7 +15,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from babelspec.lean import LeanCache, lean_forward, tree_ancestors, tree_mask
+from babelspec.forward import lean_forward
+from babelspec.forward.cache import LeanCache
+from babelspec.forward.trees import tree_ancestors, tree_mask
 
 # Hugging Face attention implementations that take an arbitrary additive 4-D mask (a token tree's)
 TREE_ATTENTION = ("eager", "sdpa")

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from babelspec.lean import CACHE_ONLY, quantize_w8a8
+from babelspec.forward import CACHE_ONLY
+from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
 
@@ -66,7 +67,7 @@ def load_target(
     ``precision="w8a8"``: a lower-precision target mode, another model than the bf16 one (its
     agreement with it is measured by ``babelspec bench peers --precision w8a8``): the layers'
     products (MLP down-projections kept bf16) and the output head on int8 weights and int8
-    activations (``lean.quantize_w8a8``), calibrated on the bundled corpora's training pairs.
+    activations (``forward.w8a8.quantize_w8a8``), calibrated on the bundled corpora's training pairs.
     Speculative decoding stays lossless with respect to this model: a block's rows get the bits
     they get alone."""
     if precision is not None and precision not in PRECISIONS:

@@ -20,14 +20,13 @@ import statistics
 
 import torch
 
-from babelspec import lean
 from babelspec.bench.agreement import teacher_forced_agreement
 from babelspec.bench.llamacpp import open_llama_cpp
 from babelspec.bench.tree import flores_prompts, real_root
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.fileio import emit_json
-from babelspec.lean import quantize_w8a8
+from babelspec.forward.w8a8 import W8A8_ALPHA, W8A8_KEEP, quantize_w8a8
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
 from babelspec.sampling import SamplingConfig
@@ -40,8 +39,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--target", default=DEFAULT_TARGET, help="a preset or a local model directory")
     parser.add_argument("--langs", default=",".join(LANGS))
-    parser.add_argument("--alpha", type=float, default=lean.W8A8_ALPHA, help="SmoothQuant's migration strength (0: none)")
-    parser.add_argument("--keep", default=",".join(lean.W8A8_KEEP), help="product kinds kept bf16 (qkv,o,gate_up,down)")
+    parser.add_argument("--alpha", type=float, default=W8A8_ALPHA, help="SmoothQuant's migration strength (0: none)")
+    parser.add_argument("--keep", default=",".join(W8A8_KEEP), help="product kinds kept bf16 (qkv,o,gate_up,down)")
     parser.add_argument("--head-rows", type=int, default=0, help="calibrate the head on each text's last N rows (0: all)")
     parser.add_argument("--llama-cpp", action="store_true", help="also llama.cpp's agreement on the same GGUF")
     parser.add_argument("--prompts-per-lang", type=int, default=2)

@@ -113,7 +113,7 @@ def test_batching_needs_the_lean_forward() -> None:
 def test_a_shared_forward_gives_each_block_its_own_logits_and_cache_bit_for_bit() -> None:
     import copy
 
-    from babelspec.lean import Block
+    from babelspec.forward.gemma3 import Block
 
     model = _model(torch.bfloat16)
     lean = Target(model).lean

@@ -61,7 +61,7 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
 
 def test_w8a8_target_runs(model, tmp_path):
     from babelspec.data.real import corpora_root
-    from babelspec.lean import w8a8_available
+    from babelspec.forward.quantize import w8a8_available
 
     if not w8a8_available():
         pytest.skip("this torch has no oneDNN qlinear_pointwise")

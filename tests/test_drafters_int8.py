@@ -14,7 +14,7 @@ from babelspec.drafters import make_drafter
 from babelspec.drafters.base import Verdict
 from babelspec.drafters.vocabhead import RestrictedHeadLM, VocabHeadDrafter
 from babelspec.engine import generate
-from babelspec.lean import Int8Linear, quantize_int8
+from babelspec.forward.quantize import Int8Linear, quantize_int8
 from babelspec.lm import CausalLM
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target

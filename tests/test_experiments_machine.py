@@ -81,8 +81,8 @@ def test_every_result_records_its_execution_plan():
     import torch
     from tiny import tiny_qwen3
 
+    from babelspec.forward.native import glue
     from babelspec.machine import describe, describe_machines, execution_info, machines_summary
-    from babelspec.native import glue
     from babelspec.target import Target
 
     bf16 = tiny_gemma3().to(torch.bfloat16)

@@ -12,7 +12,9 @@ from transformers import DynamicCache
 
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
-from babelspec.lean import LeanCache, lean_forward, onednn_packs_bf16
+from babelspec.forward import lean_forward
+from babelspec.forward.cache import LeanCache
+from babelspec.forward.kernels import onednn_packs_bf16
 from babelspec.lm import CausalLM
 from babelspec.machine import cpu_flags
 from babelspec.models import DEFAULT_TARGET
@@ -167,7 +169,7 @@ def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
 
 
 def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():
-    from babelspec.lean import Linear
+    from babelspec.forward.kernels import Linear
 
     model = _eager(tiny_gemma3(seed=4)).to(torch.bfloat16)
     first, second = lean_forward(model), lean_forward(model)
@@ -182,7 +184,7 @@ def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():
 
 
 def test_bf16_projections_stacked_into_one_product_split_into_each_product():
-    from babelspec.lean import MERGE_MAX_TOKENS, Linears
+    from babelspec.forward.kernels import MERGE_MAX_TOKENS, Linears
 
     weights = [(torch.randn(n, 32) * 0.1).bfloat16() for n in (48, 16, 16)]  # q, k, v
     stacked = Linears(weights)
@@ -203,7 +205,7 @@ def test_bf16_projections_stacked_into_one_product_split_into_each_product():
 def test_one_row_padding_follows_the_probe():
     """A one-row product is padded exactly where the probe finds single rows rounding otherwise,
     and a padded row is the first row of the block of the row twice."""
-    from babelspec.lean import Linear, _packed_product, one_row_differs
+    from babelspec.forward.kernels import Linear, _packed_product, one_row_differs
 
     g = torch.Generator().manual_seed(5)
     weight = (torch.randn(640, 2048, generator=g) * 0.05).bfloat16()

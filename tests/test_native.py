@@ -1,4 +1,4 @@
-"""The C glue between the lean forward's products (``babelspec.native``): the torch operations'
+"""The C glue between the lean forward's products (``babelspec.forward.native``): the torch operations'
 values up to rare last-bit differences, every row as alone, a cached build, a clear error for a
 source that does not compile, and the torch operations where it is turned off."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from tiny import UNPACKED, tiny_gemma3
 
-from babelspec import native
-from babelspec.lean import _rms, _rotate_half, lean_forward
+from babelspec.forward import lean_forward, native
+from babelspec.forward.gemma3 import _rms, _rotate_half
 
 glue = native.glue()
 needs_glue = pytest.mark.skipif(glue is None, reason="no C compiler here")

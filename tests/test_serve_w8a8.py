@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from serve_helpers import Server
 
-from babelspec.lean import w8a8_available
+from babelspec.forward.quantize import w8a8_available
 
 pytestmark = pytest.mark.skipif(not w8a8_available(), reason="this torch has no oneDNN qlinear_pointwise")
 

@@ -15,7 +15,8 @@ from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3
 from babelspec.bench.agreement import greedy_agreement, teacher_forced_agreement
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
-from babelspec.lean import W8A8Linear, quantize_w8a8, w8a8_activation_levels, w8a8_available
+from babelspec.forward.quantize import W8A8Linear, w8a8_activation_levels, w8a8_available
+from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.machine import describe, execution_info
 from babelspec.sampling import SamplingConfig
 from babelspec.target import PRECISIONS, Target, calibration_texts, load_target

@@ -53,7 +53,7 @@ def bench_forward(
         raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
     if threads:
         torch.set_num_threads(threads)
-    from babelspec.lean import FORWARDS
+    from babelspec.forward import FORWARDS
 
     impls = tuple(f.strip() for f in forwards.split(",") if f.strip())
     if not impls or any(f not in FORWARDS for f in impls) or len(set(impls)) < len(impls):

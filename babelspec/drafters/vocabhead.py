@@ -110,7 +110,7 @@ class RestrictedHeadLM(torch.nn.Module):
 
     def logits_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """The restricted columns' logits of the body's last hidden states (also the lean
-        forward's output head: ``babelspec.lean``)."""
+        forward's output head: ``babelspec.forward.kernels.OutputHead``)."""
         logits = self.base_product(hidden)
         if self.extra_product is not None:
             logits = torch.cat([logits, self.extra_product(hidden)], -1)

@@ -1,0 +1,71 @@
+"""The forward: what computes a block of new tokens' logits on top of a cache.
+
+Two implementations stand behind ``babelspec.lm.CausalLM``: Hugging Face's forward, for any
+family, and babelspec's own lean forward for Gemma-3 text models (``gemma3``), which does the
+same arithmetic with less framework: a preallocated cache (``cache``), merged and prepacked
+products (``kernels``), C glue between them in bf16 (``native``), token trees (``trees``), and
+quantized products for drafters and the W8A8 target mode (``quantize``, ``w8a8``).
+``lean_forward`` chooses: the lean forward where the family has one, unless ``forward="hf"``
+(or ``BABELSPEC_FORWARD=hf``) asks for Hugging Face's.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
+from babelspec.forward.kernels import Linear, OutputHead
+from babelspec.forward.quantize import QUANTIZATIONS
+
+__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "LeanGemma3", "default_forward", "lean_forward"]
+
+
+FORWARDS = ("lean", "hf")
+
+
+FORWARD_ENV = "BABELSPEC_FORWARD"  # "hf" turns the lean forward off everywhere
+
+
+def default_forward() -> str:
+    """``lean`` unless ``BABELSPEC_FORWARD=hf``; a clear error for any other value."""
+    value = os.environ.get(FORWARD_ENV, "lean").strip().lower() or "lean"
+    if value not in FORWARDS:
+        raise ValueError(f"{FORWARD_ENV}={value!r} is not a forward; use one of {', '.join(FORWARDS)}")
+    return value
+
+
+def _gemma3_body(body: Any) -> bool:
+    config = getattr(body, "config", None)
+    return (type(body).__name__ == "Gemma3TextModel" and getattr(config, "model_type", "") == "gemma3_text"
+            and config.attn_logit_softcapping is None and not config.use_bidirectional_attention
+            and config.hidden_activation in ("gelu_pytorch_tanh", "gelu"))  # fmt: skip
+
+
+def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True,
+                 quantize: str | None = None) -> LeanGemma3 | None:  # fmt: skip
+    """The lean forward of ``model`` (a Gemma-3 text LM, or a restricted-head drafter over one),
+    or None where Hugging Face's forward is used: other families, or ``forward="hf"``.
+    ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``).
+    ``quantize="int8"``: the layers' products on weight-only int8 copies (``Int8Linear``), a
+    drafter's forward (not the target's: it is another model)."""
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
+    forward = forward or default_forward()
+    if forward not in FORWARDS:
+        raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
+    if forward == "hf":
+        return None
+    logits_of = getattr(model, "logits_of", None)  # a drafter's own output head over the body
+    body = getattr(model, "body", None) if logits_of is not None else getattr(model, "model", None)
+    # Only under eager attention, whose arithmetic this forward repeats (SDPA rounds otherwise).
+    if not _gemma3_body(body) or body.config._attn_implementation != "eager":
+        return None
+    if logits_of is None:
+        head = getattr(model, "lm_head", None)
+        if type(model).__name__ != "Gemma3ForCausalLM" or head is None or head.bias is not None:
+            return None
+        logits_of = OutputHead(Linear(head.weight, pad_row=fuse), head.weight, model.config.final_logit_softcapping)
+    return LeanGemma3(body, logits_of, fuse=fuse, quantize=quantize)

@@ -1,0 +1,416 @@
+"""The lean forward of Gemma-3 text models, on the model's own weights: the arithmetic of
+``transformers.models.gemma3`` op for op, with batching of several sequences' blocks and the C
+glue between the products in bf16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from babelspec.forward.cache import LeanCache, LeanLayerCache
+from babelspec.forward.kernels import MERGE_MAX_TOKENS, Linear, Linears, float32_attention_rows_agree
+from babelspec.forward.native import Glue, glue
+from babelspec.forward.quantize import Int8Linear, W8A8Linear
+from babelspec.forward.trees import tree_ancestors, tree_mask
+
+CACHE_ONLY = -1  # a block's logits_to_keep: no logits, the block only cached (a prefill)
+
+
+def _weights(layer: torch.nn.Module) -> dict[str, list[torch.Tensor]]:
+    """A decoder layer's product weights by kind, q/k/v and gate/up side by side."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {"qkv": [attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], "o": [attn.o_proj.weight],
+            "gate_up": [mlp.gate_proj.weight, mlp.up_proj.weight], "down": [mlp.down_proj.weight]}  # fmt: skip
+
+
+@dataclass
+class _Layer:
+    qkv: Linears | Int8Linear | W8A8Linear
+    o: Linear | Int8Linear | W8A8Linear
+    gate_up: Linears | Int8Linear | W8A8Linear
+    down: Linear | Int8Linear | W8A8Linear
+    norms: dict[str, tuple[torch.Tensor, float]]  # name -> (1 + weight in float32, eps)
+    sliding: bool
+    qk_norm: tuple[torch.Tensor, float] | None = None  # q_norm's scale per query head, then k_norm's
+
+
+def _qk_norm(norms: dict[str, tuple[torch.Tensor, float]], heads: int, kv_heads: int) -> tuple[torch.Tensor, float] | None:
+    """q_norm's and k_norm's scales stacked per head [1, heads + kv_heads, 1, head_dim], for one
+    RMSNorm over the queries and keys of a block together (the same arithmetic per row)."""
+    (q_scale, q_eps), (k_scale, k_eps) = norms["q_norm"], norms["k_norm"]
+    if q_eps != k_eps:
+        return None
+    return torch.stack([q_scale] * heads + [k_scale] * kv_heads)[None, :, None, :], q_eps
+
+
+@dataclass(eq=False)
+class Block:
+    """One sequence's block for ``LeanGemma3.forward_many``: ``ids`` [1, n] after the tokens in
+    ``cache``, the logits of its last ``logits_to_keep`` rows (0: all; ``CACHE_ONLY``: none, the
+    block is only cached, alone in its forward), ``parents`` for a tree."""
+
+    ids: torch.Tensor
+    cache: LeanCache
+    logits_to_keep: int = 0
+    parents: torch.Tensor | None = None
+
+
+@dataclass
+class _Prepared:
+    n: int
+    cache: LeanCache
+    masks: dict[bool, Any]
+    rope: dict[str, tuple[torch.Tensor, torch.Tensor]]
+
+
+class LeanGemma3:
+    """``forward(ids [1, n], cache, logits_to_keep)`` -> logits [n or logits_to_keep, columns]:
+    the decoder stack ``body`` (a ``Gemma3TextModel``) under the output head ``logits_of``."""
+
+    def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
+                 initial_capacity: int = 256, pack: bool = True, fuse: bool = True,
+                 quantize: str | None = None) -> None:  # fmt: skip
+        config = body.config
+        self.body, self.logits_of = body, logits_of
+        self.rotary = body.rotary_emb
+        self.embed = body.embed_tokens
+        self.heads, self.kv_heads = config.num_attention_heads, config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scaling = config.query_pre_attn_scalar**-0.5
+        self.window = config.sliding_window
+        self.capacity = initial_capacity
+        self.final_norm = _norm_weights(body.norm)
+        self.layer_types = list(config.layer_types[: config.num_hidden_layers])
+        self.approximate = "tanh" if config.hidden_activation == "gelu_pytorch_tanh" else "none"
+        # bf16 on the CPU caches the keys transposed: q @ keys^T is then a product over a strided
+        # slice rather than a transposed view, 1.5-2x faster (``benchmarks/results/attention_keys.json``),
+        # and oneDNN's bf16 products give the same bits either way; MKL's float32 ones do not,
+        # so float32 keeps Hugging Face's layout
+        weight = body.embed_tokens.weight
+        self.keys_t = weight.dtype == torch.bfloat16 and weight.device.type == "cpu"
+        self.dtype, self.device = weight.dtype, weight.device
+        self.cache_dtype = self.dtype
+        # the int8 drafter (its own model: no bits to keep equal to the target's) also attends in
+        # float32 over a float32 cache: oneDNN's bf16 products pay 50-80 µs for each new context
+        # length, MKL's float32 ones 17 µs (``benchmarks/results/native_glue.json``)
+        self.glue: Glue | None = None
+        if quantize == "int8" and self.dtype == torch.bfloat16 and self.device.type == "cpu":
+            self.glue, self.cache_dtype = glue(), torch.float32
+        self._batch_rows: dict[int, int] = {}
+        self.quantize = quantize
+        self.layers = []
+        for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
+            attn, mlp = layer.self_attn, layer.mlp
+            if quantize == "int8":
+                products = {name: Int8Linear(ws) for name, ws in _weights(layer).items()}
+                self.layers.append(_Layer(**products, norms=_layer_norms(layer, attn),
+                                          sliding=kind == "sliding_attention"))  # fmt: skip
+                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
+                continue
+            # fast-mode blocks compute a one-row product as two rows where one row alone rounds
+            # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
+            # the merges and this are what ``fuse`` turns off
+            self.layers.append(_Layer(
+                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, pad_row=fuse),
+                o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
+                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, pad_row=fuse),
+                down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
+                norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
+            if self.layers[-1].qkv.fused:
+                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
+        # bf16 blocks of up to MERGE_MAX_TOKENS rows (with the merges, which ``fuse`` turns off):
+        # the norms, residual adds and the queries' and keys' rotation in C (``native``), row by
+        # row, so a verification row still rounds as a decode row (``benchmarks/results/native_glue.json``)
+        if (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+                and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
+            self.glue = glue()
+            # and attention in float32 over a float32 cache where MKL's float32 products give a
+            # block's rows a decode step's bits (``float32_attention_rows_agree``): oneDNN's bf16
+            # products pay 50-80 µs for each context length they have not seen, 2.5 ms of a
+            # 29 ms decode step (``benchmarks/results/native_glue.json``). The prefill still attends in
+            # bf16, on the cache's values cast back (exactly), as Hugging Face does
+            groups = self.heads // self.kv_heads
+            if self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
+                self.cache_dtype = torch.float32
+        self._native = (self.glue, self.cache_dtype)
+
+    def set_native(self, on: bool) -> None:
+        """Turn the C glue and float32 attention off (``on=False``: the torch operations and a
+        bf16 cache, as Hugging Face computes; for comparisons), or back on where they apply.
+        Caches made before the change keep their dtype, so make new ones."""
+        if not on:
+            self.glue, self.cache_dtype = None, self.dtype
+        else:
+            self.glue, self.cache_dtype = self._native
+
+    def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
+        """A copy of another forward's cached layer (a self-drafter starts from the target's
+        cache) in this forward's cache dtype and key layout."""
+        capacity = layer.values.shape[2]
+        shape = (1, self.kv_heads, capacity, self.head_dim)
+        out = LeanLayerCache(torch.empty((1, self.kv_heads, self.head_dim, capacity) if self.keys_t else shape,
+                                         dtype=self.cache_dtype, device=self.device),
+                             torch.empty(shape, dtype=self.cache_dtype, device=self.device), self.keys_t)  # fmt: skip
+        out.append(*layer.rows(0, layer.length))
+        return out
+
+    def new_cache(self) -> LeanCache:
+        shape = (1, self.kv_heads, self.capacity, self.head_dim)
+        key_shape = (1, self.kv_heads, self.head_dim, self.capacity) if self.keys_t else shape
+        empty = lambda s: torch.empty(s, dtype=self.cache_dtype, device=self.device)  # noqa: E731
+        return LeanCache([LeanLayerCache(empty(key_shape), empty(shape), self.keys_t) for _ in self.layers])
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
+                parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        """Logits of ``ids`` [1, n] after the cached tokens. ``parents`` [n] (a token tree):
+        entry i is the block index of token i's parent, -1 for the last cached token; each
+        token then sees the cache and its own ancestors, at the position of its depth."""
+        return self.forward_many([Block(ids, cache, logits_to_keep, parents)])[0]
+
+    __call__ = forward
+
+    @torch.inference_mode()
+    def forward_many(self, blocks: list[Block]) -> list[torch.Tensor]:
+        """Each block's logits (as ``forward`` gives them), the blocks of several sequences in
+        one pass: their rows share every product, norm and activation (row-wise arithmetic),
+        and only attention runs per block, on the block's own cache. A lone block is computed
+        op for op as before; in a batch a row rounds as alone where the products are
+        row-invariant up to the batch's rows (``batch_rows``, which callers check)."""
+        merge = all(b.ids.shape[1] <= MERGE_MAX_TOKENS for b in blocks)  # blocks, not the batch
+        ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
+        x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
+        preps = [self._prepare(b, x) for b in blocks]
+        rope = None
+        if len(blocks) > 1:
+            rope = {kind: tuple(torch.cat([p.rope[kind][i] for p in preps], 1) for i in range(2))
+                    for kind in preps[0].rope}  # fmt: skip
+        glued = self.glue is not None and merge
+        if glued:
+            return self._finish(blocks, self._glued_layers(x, preps, rope))
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
+            residual = x
+            h = _rms(x, *layer.norms["input_layernorm"])
+            h = self._attention(h, layer, kind, index, preps, merge, rope)
+            x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
+            residual = x
+            h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
+            gate, up = layer.gate_up(h, merge)
+            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
+        return self._finish(blocks, _rms(x, *self.final_norm))
+
+    def _glued_layers(self, x: torch.Tensor, preps: list[_Prepared], rope: Any) -> torch.Tensor:
+        """The decoder stack with the glue between products in C (``native``): one call for each
+        norm-and-residual pair and one for the queries' and keys' norm and rotation."""
+        glue = self.glue
+        h = glue.rms(x, *self.layers[0].norms["input_layernorm"])
+        last = len(self.layers) - 1
+        for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
+            h = self._attention(h, layer, kind, index, preps, True, rope)
+            x, h = glue.add_rms(x, h, layer.norms["post_attention_layernorm"], layer.norms["pre_feedforward_layernorm"])
+            gate, up = layer.gate_up.stacked(h).chunk(2, dim=-1)
+            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
+            x, h = glue.add_rms(x, h, layer.norms["post_feedforward_layernorm"], after)
+        return h
+
+    def _finish(self, blocks: list[Block], x: torch.Tensor) -> list[torch.Tensor]:
+        """Each block's logits from the final normed hidden states ``x`` of all blocks' rows."""
+        if len(blocks) == 1:
+            keep = blocks[0].logits_to_keep
+            if keep == CACHE_ONLY:  # a prefill: the 262k-column head is a sixth of its time
+                return [x.new_empty(0, 0)]
+            return [self.logits_of(x[:, -keep:] if keep else x)[0]]
+        rows, start = [], 0
+        for b in blocks:
+            n = b.ids.shape[1]
+            keep = n if b.logits_to_keep == 0 else max(b.logits_to_keep, 0)  # CACHE_ONLY: none
+            rows.append(x[:, start + n - keep : start + n])
+            start += n
+        if not any(r.shape[1] for r in rows):
+            return [x.new_empty(0, 0) for _ in blocks]
+        logits = self.logits_of(torch.cat(rows, 1))[0]
+        return list(logits.split([r.shape[1] for r in rows]))
+
+    def batch_rows(self, limit: int) -> int:
+        """The most rows a batch of blocks may hold so that every row rounds as in its own
+        block: the largest M <= ``limit`` for which each product of the model (q/k/v, output,
+        gate/up, down, the output head) gives every row of an M-row block the bits of the same
+        row computed alone (a decode step's form, ``pad_row`` included), for all of 2..M.
+        Kernels are chosen by shape, so one layer's products stand for all; kept per limit."""
+        if limit in self._batch_rows:
+            return self._batch_rows[limit]
+        layer, config = self.layers[0], self.body.config
+        g = torch.Generator().manual_seed(0)
+
+        def stacked(linears: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+            return lambda x: torch.cat(linears(x, True), -1)
+
+        hidden = config.hidden_size
+        products = [(stacked(layer.qkv), hidden), (layer.o, self.heads * self.head_dim),
+                    (stacked(layer.gate_up), hidden), (layer.down, config.intermediate_size),
+                    (self.logits_of, hidden)]  # fmt: skip
+        best = limit
+        with torch.inference_mode():
+            for product, width in products:
+                x = (torch.randn(1, limit, width, generator=g) * torch.logspace(-1, 1, limit)[:, None]).to(self.dtype)
+                alone = [product(x[:, i : i + 1])[0, 0] for i in range(limit)]
+                for m in range(2, best + 1):
+                    block = product(x[:, :m])[0]
+                    if any(not torch.equal(block[i], alone[i]) for i in range(m)):
+                        best = m - 1
+                        break
+        self._batch_rows[limit] = best
+        return best
+
+    def _prepare(self, block: Block, x: torch.Tensor) -> _Prepared:
+        """A block's positions, attention masks and rotary tables."""
+        n = block.ids.shape[1]
+        past = block.cache.get_seq_length()
+        if block.parents is None:
+            positions = torch.arange(past, past + n, device=x.device).unsqueeze(0)
+            masks = self._masks(past, n, x.dtype, x.device)
+        else:
+            ancestors, depth = tree_ancestors(block.parents)
+            positions = (past + depth).to(x.device).unsqueeze(0)
+            masks = self._tree_masks(past, ancestors, depth, x.dtype, x.device)
+        rope = {kind: self.rotary(x[:, :n], positions, kind) for kind in set(self.layer_types)}
+        return _Prepared(n, block.cache, masks, rope)
+
+    def _attention(self, h: torch.Tensor, layer: _Layer, kind: str, index: int, preps: list[_Prepared],
+                   merge: bool, rope: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:  # fmt: skip
+        """The attention sublayer of every block: q/k/v and output products over all rows, the
+        rest per block on its own cache. ``rope``: the blocks' rotary tables end to end, with
+        which a stacked product's rows are normed and rotated all at once (row-wise arithmetic:
+        each row as in its own block), leaving only the cache and attention per block."""
+        stacked = layer.qk_norm is not None and merge and layer.qkv.fused
+        qkv = layer.qkv.stacked(h) if stacked else layer.qkv(h, merge)
+        heads = self._heads(qkv, layer, rope[kind]) if stacked and rope is not None else None
+        outs, start = [], 0
+        for prep in preps:
+            rows = slice(start, start + prep.n)
+            start += prep.n
+            if heads is not None:
+                q, k, v = (t[:, :, rows] for t in heads)
+            else:
+                block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]
+                q, k, v = self._heads(block, layer, prep.rope[kind])
+            outs.append(self._attend(q, k, v, layer, prep.masks[layer.sliding], prep.cache.layers[index]))
+        return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+
+    def _heads(self, qkv: torch.Tensor | list[torch.Tensor], layer: _Layer,
+               rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """Queries, keys, values [1, heads, n, head_dim], normed and rotated, from ``qkv``: the
+        stacked product's rows (queries and key normed and rotated together) or the three
+        projections."""
+        n = qkv.shape[1] if isinstance(qkv, torch.Tensor) else qkv[0].shape[1]
+        shape = (1, n, -1, self.head_dim)
+        cos, sin = (t.unsqueeze(1) for t in rope)
+        if isinstance(qkv, torch.Tensor):
+            # bf16 blocks: the queries and the key, side by side in the stacked product's output,
+            # are normed and rotated together (per row the same arithmetic as apart, bit for bit:
+            # tests/test_models_lean.py), which halves the small ops of this part of the layer
+            columns = (self.heads + self.kv_heads) * self.head_dim
+            if self.glue is not None:
+                qk = self.glue.qk_rope(qkv, self.heads + self.kv_heads, self.head_dim, *layer.qk_norm, *rope)
+            else:
+                qk = _rms(qkv[..., :columns].reshape(shape).transpose(1, 2), *layer.qk_norm)
+                qk = qk * cos + _rotate_half(qk) * sin
+            q, k = qk[:, : self.heads], qk[:, self.heads :]
+            v = qkv[..., columns:].reshape(shape).transpose(1, 2)
+        else:
+            q, k, v = (t.reshape(shape).transpose(1, 2) for t in qkv)
+            q = _rms(q, *layer.norms["q_norm"])
+            k = _rms(k, *layer.norms["k_norm"])
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: _Layer, mask: torch.Tensor | None,
+                layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
+        """One block's attention on its cache, before the output product."""
+        n = q.shape[2]
+        keys, values = layer_cache.append(k, v)
+        groups, length = self.heads // self.kv_heads, values.shape[2]
+        # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
+        # instead of copying the keys and values once per query head (repeat_kv, as transformers)
+        rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS else None
+        if keys.dtype != q.dtype:  # a float32 cache: blocks attend in float32, a prefill as HF does
+            if rows is not None or self.quantize == "int8":
+                q = q.to(keys.dtype)
+            else:
+                keys, values = keys.to(q.dtype), values.to(q.dtype)
+        keys_t = keys if layer_cache.keys_t else keys.transpose(2, 3)  # [1, kv_heads, head_dim, length]
+        if rows is not None:
+            weights = torch.matmul(q.reshape(*rows, self.head_dim), keys_t).view(1, self.heads, n, length)
+        else:
+            if groups > 1:
+                if layer_cache.keys_t:
+                    keys_t = keys_t[:, :, None].expand(1, self.kv_heads, groups, self.head_dim, length).reshape(
+                        1, self.heads, self.head_dim, length)  # fmt: skip
+                else:  # Hugging Face's repeat_kv, then its transposed view
+                    keys_t = keys[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
+                        1, self.heads, length, self.head_dim).transpose(2, 3)  # fmt: skip
+                values = values[:, :, None].expand(1, self.kv_heads, groups, length, self.head_dim).reshape(
+                    1, self.heads, length, self.head_dim)  # fmt: skip
+            weights = torch.matmul(q, keys_t)
+        weights = weights * self.scaling
+        if mask is not None:
+            weights = weights + mask
+        weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(q.dtype)
+        if rows is not None:
+            out = torch.matmul(weights.view(*rows, length), values).view(1, self.heads, n, self.head_dim)
+        else:
+            out = torch.matmul(weights, values)
+        return out.transpose(1, 2).contiguous().reshape(1, n, -1).to(self.dtype)
+
+    def _masks(self, past: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[bool, Any]:
+        """Additive masks {sliding: mask or None} for n queries after ``past`` cached tokens."""
+        total = past + n
+        query = torch.arange(past, total, device=device)[:, None]
+        key = torch.arange(total, device=device)[None, :]
+        out: dict[bool, Any] = {}
+        for sliding in (False, True):
+            allowed = key <= query
+            if sliding and self.window is not None:
+                allowed = allowed & (key > query - self.window)
+            if bool(allowed.all()):
+                out[sliding] = None
+            else:
+                out[sliding] = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(
+                    ~allowed, torch.finfo(dtype).min)  # fmt: skip
+        return out
+
+    def _tree_masks(self, past: int, ancestors: torch.Tensor, depth: torch.Tensor, dtype: torch.dtype,
+                    device: torch.device) -> dict[bool, torch.Tensor]:  # fmt: skip
+        """Additive masks {sliding: mask} for a token tree after ``past`` cached tokens
+        (``tree_mask``; sliding layers with the model's window)."""
+        return {sliding: tree_mask(past, ancestors, depth, dtype, device, self.window if sliding else None)
+                for sliding in (False, True)}  # fmt: skip
+
+
+def _layer_norms(layer: torch.nn.Module, attn: torch.nn.Module) -> dict[str, tuple[torch.Tensor, float]]:
+    return {name: _norm_weights(getattr(m, name)) for m in (layer, attn) for name in (
+        "input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+        "post_feedforward_layernorm", "q_norm", "k_norm") if hasattr(m, name)}  # fmt: skip
+
+
+def _norm_weights(norm: torch.nn.Module) -> tuple[torch.Tensor, float]:
+    return (1.0 + norm.weight.float()), norm.eps
+
+
+def _rms(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """Gemma3RMSNorm: normalised in float32, times (1 + weight), back in x's dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * scale).type_as(x)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
