@@ -33,12 +33,14 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from greenlet import greenlet
 
+from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache
-from babelspec.forward.gemma3 import Block, LeanGemma3
+from babelspec.forward.gemma3 import Block
 from babelspec.forward.kernels import MERGE_MAX_TOKENS
 from babelspec.target import Target
 
@@ -67,15 +69,15 @@ class EngineLoop:
             raise ValueError(f"batch must be at least 1, got {batch}")
         if max_rows < 1:
             raise ValueError(f"max_rows must be at least 1, got {max_rows}")
-        self.target, self.lean = target, None
+        self.target, self.shared = target, None
         self.max_rows = 1
         if batch > 1:
-            if not isinstance(target.lean, LeanGemma3):
+            if not target.impl.batches:
                 raise ValueError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
                                  "without BABELSPEC_FORWARD=hf); serve this model one request at a time")  # fmt: skip
-            self.lean = target.lean
-            self.max_rows = self.lean.batch_rows(max_rows) if max_rows > 1 else 1
-            self.slots = [Target(target.model, target.tokenizer, target.device, lean=_Slot(self)) for _ in range(batch)]
+            self.shared = target.impl
+            self.max_rows = self.shared.batch_rows(max_rows) if max_rows > 1 else 1
+            self.slots = [Target(target.model, target.tokenizer, target.device, impl=_Slot(self)) for _ in range(batch)]
         else:
             self.slots = [target]
         self.batch = batch
@@ -178,14 +180,14 @@ class EngineLoop:
     def _step(self) -> None:
         batch = self._take()
         try:
-            outs = self.lean.forward_many([block for _, block in batch])
+            outs = self.shared.forward_many([block for _, block in batch])
         except Exception as err:  # noqa: BLE001 - raised at the forward of the generations it is theirs
             if len(batch) == 1:
                 self._resume(batch[0][0], error=err)
                 return
             for g, block in batch:  # each block alone: one sequence's fault fails no other
                 try:
-                    logits = self.lean.forward(block.ids, block.cache, block.logits_to_keep, block.parents)
+                    logits = self.shared.forward(block.ids, block.cache, block.logits_to_keep, block.parents)
                 except Exception as own:  # noqa: BLE001
                     self._resume(g, error=own)
                 else:
@@ -211,19 +213,38 @@ def _guarded(task: Task) -> Task:
     return body
 
 
-class _Slot:
-    """What a slot's ``CausalLM`` calls as its lean forward: the shared one, through the loop
+class _Slot(Forward):
+    """What a slot's ``CausalLM`` calls as its forward: the shared one, through the loop
     (directly where called outside the loop's generations: building a drafter, say)."""
+
+    kind = "lean"
+    batches = False  # a slot is one sequence of the loop's batch
+    takes_target_rows = True
+    prefills_without_logits = True
 
     def __init__(self, loop: EngineLoop) -> None:
         self.loop = loop
 
-    def new_cache(self) -> LeanCache:
-        return self.loop.lean.new_cache()
+    def __getattr__(self, name: str) -> Any:  # the shared forward's settings (glue, dtypes) and helpers
+        if name == "loop":
+            raise AttributeError(name)
+        return getattr(self.loop.shared, name)
 
-    def __call__(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
-                 parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def new_cache(self) -> LeanCache:
+        return self.loop.shared.new_cache()
+
+    def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
+                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
         hub = self.loop._hub
         if hub is None or greenlet.getcurrent().parent is not hub:
-            return self.loop.lean.forward(ids, cache, logits_to_keep, parents)
+            return self.loop.shared.forward(ids, cache, logits_to_keep, parents)
         return hub.switch(Block(ids, cache, logits_to_keep, parents))
+
+    def tree_capacity(self, cache: LeanCache) -> float:
+        return self.loop.shared.tree_capacity(cache)
+
+    def keep_path(self, cache: LeanCache, past: int, indices: torch.Tensor) -> None:
+        self.loop.shared.keep_path(cache, past, indices)
+
+    def cache_like(self, layer: Any) -> Any:
+        return self.loop.shared.cache_like(layer)

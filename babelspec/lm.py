@@ -13,14 +13,9 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-from babelspec.forward import lean_forward
-from babelspec.forward.cache import LeanCache
-from babelspec.forward.trees import tree_ancestors, tree_mask
-
-# Hugging Face attention implementations that take an arbitrary additive 4-D mask (a token tree's)
-TREE_ATTENTION = ("eager", "sdpa")
+from babelspec.forward import Forward, build_forward
+from babelspec.forward.hf import TREE_ATTENTION
 
 
 class ForwardTimer:
@@ -80,18 +75,14 @@ class CausalLM:
     """A causal LM with a KV cache over the tokens forwarded so far (batch size 1)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device | None = None,
-                 forward: str | None = None, quantize: str | None = None, lean: Any = None) -> None:  # fmt: skip
+                 forward: str | None = None, quantize: str | None = None, impl: Forward | None = None) -> None:  # fmt: skip
         self.model = model.eval()
         self.device = device or next(model.parameters()).device
         # The lean forward where the family has one (Gemma-3: same logits, less framework);
         # ``forward="hf"`` (or BABELSPEC_FORWARD=hf) keeps Hugging Face's. ``quantize`` (a
         # drafter's) runs the layers on int8 copies of their weights, in the lean forward only.
-        # ``lean``: a lean forward to use instead (a slot of a batch: ``babelspec.batching``).
-        self.lean = lean if lean is not None else lean_forward(model, forward, quantize=quantize)
-        if quantize is not None and self.lean is None:
-            kind = getattr(model.config, "model_type", type(model).__name__)
-            raise ValueError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "
-                             f"attention, without BABELSPEC_FORWARD=hf); this {kind} model has none")
+        # ``impl``: a forward to use instead (a slot of a batch: ``babelspec.batching``).
+        self.impl: Forward = impl if impl is not None else build_forward(model, self.device, forward, quantize)
         self.vocab_size = output_vocab_size(model)
         self.max_context = context_window(model)
         self.timer = ForwardTimer(self.device)
@@ -103,7 +94,7 @@ class CausalLM:
         # Recurrent layers (e.g. Qwen3.5's linear attention) cannot be cropped: rollback then
         # restores a checkpoint and replays the kept tokens.
         self.croppable = bool(getattr(self.cache, "is_croppable", True))
-        self._tree_window = self._hf_tree_window()
+        self._tree_window = self.impl.tree_capacity(self.cache)
         self.cached_len = 0
         self.tokens: list[int] = []  # the ids in the cache, for replay
         self._checkpoint: RecurrentSnapshot | None = None
@@ -111,48 +102,28 @@ class CausalLM:
         self.forward_tokens = []
         self.replay_seconds: list[float] = []  # rollback replays (not in forward_seconds)
 
-    def _new_cache(self) -> DynamicCache | LeanCache:
-        if self.lean is not None:
-            return self.lean.new_cache()
-        cache = DynamicCache(config=self.model.config)
-        # Sliding-window layers keep their past until the next crop, so rollback stays possible.
-        cache.activate_past_recording()
-        return cache
+    def _new_cache(self) -> Any:
+        return self.impl.new_cache()
+
+    @property
+    def lean(self) -> Any:
+        """The lean forward, or None under Hugging Face's (for tests and benchmarks that tune it)."""
+        return self.impl if self.impl.kind == "lean" else None
 
     @property
     def forward_seconds(self) -> list[float]:
         return self.timer.seconds
 
-    def _hf_tree_window(self) -> float | None:
-        """For Hugging Face's forward: the most tokens its cache may hold after a token tree's
-        forward (inf: no limit), or None where it cannot verify trees. Every cache layer must be
-        plain attention (``DynamicLayer``; a sliding window while it is not yet full, so its keys
-        are the whole context) under an attention that takes an arbitrary mask; recurrent layers
-        (Qwen3.5's linear attention) read their tokens in order and cannot."""
-        if self.lean is not None or not isinstance(self.cache, DynamicCache):
-            return None
-        if getattr(self.model.config, "_attn_implementation", None) not in TREE_ATTENTION:
-            return None
-        window = float("inf")
-        for layer in self.cache.layers:
-            if type(layer) is DynamicSlidingWindowLayer:
-                window = min(window, layer.sliding_window - 1)
-            elif type(layer) is not DynamicLayer:
-                return None
-        return window
-
     @property
     def supports_trees(self) -> bool:
         """Whether ``forward`` takes token trees (``parents``): the lean forward always, Hugging
         Face's on attention-only caches (``verifies_tree`` says for each block)."""
-        return self.lean is not None or self._tree_window is not None
+        return self._tree_window is not None
 
     def verifies_tree(self, n: int) -> bool:
         """Whether a tree of ``n`` tokens can be verified in one forward now: always with the lean
         forward; with Hugging Face's while the context stays within every sliding window, where
         one mask over the whole context serves every layer."""
-        if self.lean is not None:
-            return True
         return self._tree_window is not None and self.cached_len + n <= self._tree_window
 
     @torch.inference_mode()
@@ -165,17 +136,10 @@ class CausalLM:
         Face's forward, a mask and positions by depth where ``verifies_tree``); the cache then
         holds every node until ``keep_path``."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
-        tree: dict[str, torch.Tensor] = {}
-        if parents is not None and self.lean is None:
-            if not self.verifies_tree(ids.shape[1]):
-                raise ValueError(self._no_tree_reason(ids.shape[1]))
-            tree = self._tree_inputs(parents)
+        if parents is not None and not self.verifies_tree(ids.shape[1]):
+            raise ValueError(self._no_tree_reason(ids.shape[1]))
         self.timer.start()
-        if self.lean is not None:
-            logits = self.lean(ids, self.cache, logits_to_keep, parents).float()
-        else:
-            out = self.model(input_ids=ids, cache=self.cache, use_cache=True, logits_to_keep=logits_to_keep, **tree)
-            logits = out.logits[0].float()
+        logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len).float()
         self.timer.stop()
         # Sampling and the rejection test run on the CPU whatever the model's device: a few
         # rows of logits are cheap to move, and one generator then serves every device.
@@ -184,14 +148,6 @@ class CausalLM:
         self.cached_len += ids.shape[1]
         self.tokens.extend(ids[0].tolist())
         return logits
-
-    def _tree_inputs(self, parents: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Hugging Face's inputs for a token tree after the cached tokens: an additive mask [1, 1,
-        n, past + n] (the cache and each node's ancestors) and positions by depth."""
-        ancestors, depth = tree_ancestors(parents)
-        past = self.cached_len
-        mask = tree_mask(past, ancestors, depth, self.model.get_input_embeddings().weight.dtype, self.device)
-        return {"attention_mask": mask[None, None], "position_ids": (past + depth).to(self.device)[None]}
 
     def _no_tree_reason(self, n: int) -> str:
         if self._tree_window is None:
@@ -215,16 +171,7 @@ class CausalLM:
     def keep_path(self, past: int, indices: list[int]) -> None:
         """After a token tree's forward: keep the first ``past`` tokens and the block's nodes at
         ``indices`` (ascending, the accepted path), a gather of the cached keys and values."""
-        at = torch.as_tensor(indices, dtype=torch.long)
-        if isinstance(self.cache, LeanCache):
-            self.cache.keep(past, at)
-        else:  # a Hugging Face cache of attention layers (``verifies_tree``)
-            keep = torch.cat([torch.arange(past), past + at]).to(self.device)
-            for layer in self.cache.layers:
-                if layer.is_initialized and layer.keys.numel():
-                    layer.keys, layer.values = layer.keys[..., keep, :], layer.values[..., keep, :]
-                if type(layer) is DynamicSlidingWindowLayer:
-                    layer.cumulative_length = past + len(indices)
+        self.impl.keep_path(self.cache, past, torch.as_tensor(indices, dtype=torch.long))
         self.tokens = self.tokens[:past] + [self.tokens[past + i] for i in indices]
         self.cached_len = past + len(indices)
 

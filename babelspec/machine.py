@@ -69,7 +69,7 @@ def execution_plan(target: Any) -> dict[str, Any]:
     """What runs a target's forward, decided when it was built: ``forward`` (``lean``, babelspec's
     own, or ``hf``), ``glue`` (the lean forward's C glue built and on), the ``weights`` and KV
     ``cache`` dtypes, and the target mode (``precision``, e.g. w8a8) where one is set."""
-    lean = getattr(target, "lean", None)
+    impl = getattr(target, "impl", None)
     model = getattr(target, "model", None)
     weights = ""
     if model is not None:
@@ -77,9 +77,9 @@ def execution_plan(target: Any) -> dict[str, Any]:
             weights = dtype_name(model_dtype(model))
         except StopIteration:
             pass
-    cache = getattr(lean, "cache_dtype", None)
-    plan: dict[str, Any] = {"forward": "lean" if lean is not None else "hf",
-                            "glue": getattr(lean, "glue", None) is not None, "weights": weights,
+    cache = getattr(impl, "cache_dtype", None)
+    plan: dict[str, Any] = {"forward": getattr(impl, "kind", "") or "hf",
+                            "glue": getattr(impl, "glue", None) is not None, "weights": weights,
                             "cache": dtype_name(cache) if cache is not None else weights}  # fmt: skip
     if getattr(target, "precision", None):
         plan["precision"] = target.precision

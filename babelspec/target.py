@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from babelspec.forward import CACHE_ONLY
+from babelspec.forward import CACHE_ONLY, LeanGemma3
 from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
@@ -17,8 +17,8 @@ class Target(CausalLM):
     """The verifier: prefill the prompt, verify drafted blocks in one forward, roll back."""
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None,
-                 forward: str | None = None, lean: Any = None):  # fmt: skip
-        super().__init__(model, device, forward, lean=lean)
+                 forward: str | None = None, impl: Any = None):  # fmt: skip
+        super().__init__(model, device, forward, impl=impl)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
         self.precision: str | None = None  # a target mode (load_target's ``precision``), else the dtype's own
@@ -28,7 +28,7 @@ class Target(CausalLM):
         self.reset()
         started = time.perf_counter()
         if ids:  # its logits are not used: the lean forward skips the output head
-            self.forward(ids, logits_to_keep=CACHE_ONLY if self.lean is not None else 1)
+            self.forward(ids, logits_to_keep=CACHE_ONLY if self.impl.prefills_without_logits else 1)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.prefill_seconds = time.perf_counter() - started
@@ -78,10 +78,10 @@ def load_target(
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
     target = Target(model, tokenizer)
     if precision == "w8a8":
-        if target.lean is None or target.device.type != "cpu":
+        if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
             raise ValueError("a w8a8 target needs the lean forward on the CPU (a Gemma-3 text model under eager "
                              "attention, without BABELSPEC_FORWARD=hf)")  # fmt: skip
-        quantize_w8a8(target.lean, lambda: calibrate(target))
+        quantize_w8a8(target.impl, lambda: calibrate(target))
         target.name += " (w8a8)"
         target.precision = precision
         target.reset()
@@ -107,5 +107,5 @@ def calibrate(target: Target, max_tokens: int = 256, head_rows: int = 0) -> None
     the output head on the last ``head_rows`` rows of each text (0: all of them)."""
     for text in calibration_texts():
         ids = target.tokenizer(text, add_special_tokens=True)["input_ids"][:max_tokens]
-        target.lean.forward(torch.tensor([ids], device=target.device), target.lean.new_cache(),
+        target.impl.forward(torch.tensor([ids], device=target.device), target.impl.new_cache(),
                             logits_to_keep=head_rows)  # fmt: skip

@@ -138,7 +138,7 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
         key = dtype if forward == forwards[0] else f"{dtype}/{forward}"
         out["dtypes"][key] = {
             **execution_info(t),
-            "forward": "lean" if t.lean is not None else "hf",
+            "forward": t.impl.kind,
             "decode_ms": round(decode * 1e3, 2),
             "verify_ms": {str(b): round(med[b] * 1e3, 2) for b in blocks[1:]},
             "verify_ratio": {str(b): round(med[b] / decode, 3) for b in blocks[1:]},

@@ -119,13 +119,11 @@ class SelfDrafter(ModelDrafter):
             self.drafted = []
             self.lm.reset()
             shared = target.cache.layers[: self.n_shared]
-            if self.lm.lean is not None:  # in the drafter's cache dtype and layout (the int8 one's differ)
-                self.lm.cache.layers = [self.lm.lean.cache_like(layer) for layer in shared]
-            else:
-                self.lm.cache.layers = [copy.deepcopy(layer) for layer in shared]
+            # in the drafter's cache dtype and layout (the int8 one's differ)
+            self.lm.cache.layers = [self.lm.impl.cache_like(layer) for layer in shared]
             self.lm.cached_len = target.cached_len
             self.lm.timer.reset()
-            self._follows_target = self.lm.lean is not None
+            self._follows_target = self.lm.impl.takes_target_rows
         else:
             super().start(context_ids, sampling, generator)
             self._follows_target = False

@@ -16,11 +16,14 @@ from typing import Any
 
 import torch
 
+from babelspec.forward.base import Forward
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
+from babelspec.forward.hf import HFForward
 from babelspec.forward.kernels import Linear, OutputHead
 from babelspec.forward.quantize import QUANTIZATIONS
 
-__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "LeanGemma3", "default_forward", "lean_forward"]
+__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "HFForward", "LeanGemma3", "build_forward",
+           "default_forward", "lean_forward"]
 
 
 FORWARDS = ("lean", "hf")
@@ -69,3 +72,17 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
             return None
         logits_of = OutputHead(Linear(head.weight, pad_row=fuse), head.weight, model.config.final_logit_softcapping)
     return LeanGemma3(body, logits_of, fuse=fuse, quantize=quantize)
+
+
+def build_forward(model: torch.nn.Module, device: torch.device, forward: str | None = None,
+                  quantize: str | None = None) -> Forward:  # fmt: skip
+    """The forward of ``model``: the lean one where its family has one (``lean_forward``), else
+    Hugging Face's. ``quantize`` (a drafter's int8 layers) needs the lean forward."""
+    lean = lean_forward(model, forward, quantize=quantize)
+    if lean is not None:
+        return lean
+    if quantize is not None:
+        kind = getattr(model.config, "model_type", type(model).__name__)
+        raise ValueError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "
+                         f"attention, without BABELSPEC_FORWARD=hf); this {kind} model has none")
+    return HFForward(model, device)

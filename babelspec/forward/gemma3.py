@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
 from babelspec.forward.kernels import MERGE_MAX_TOKENS, Linear, Linears, float32_attention_rows_agree
 from babelspec.forward.native import Glue, glue
@@ -68,9 +69,14 @@ class _Prepared:
     rope: dict[str, tuple[torch.Tensor, torch.Tensor]]
 
 
-class LeanGemma3:
+class LeanGemma3(Forward):
     """``forward(ids [1, n], cache, logits_to_keep)`` -> logits [n or logits_to_keep, columns]:
     the decoder stack ``body`` (a ``Gemma3TextModel``) under the output head ``logits_of``."""
+
+    kind = "lean"
+    batches = True  # forward_many: several sequences' blocks as one
+    takes_target_rows = True
+    prefills_without_logits = True
 
     def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
                  initial_capacity: int = 256, pack: bool = True, fuse: bool = True,
@@ -167,13 +173,17 @@ class LeanGemma3:
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
         """Logits of ``ids`` [1, n] after the cached tokens. ``parents`` [n] (a token tree):
         entry i is the block index of token i's parent, -1 for the last cached token; each
         token then sees the cache and its own ancestors, at the position of its depth."""
         return self.forward_many([Block(ids, cache, logits_to_keep, parents)])[0]
 
-    __call__ = forward
+    def tree_capacity(self, cache: LeanCache) -> float:
+        return float("inf")  # every layer's mask is its own: any tree, any context
+
+    def keep_path(self, cache: LeanCache, past: int, indices: torch.Tensor) -> None:
+        cache.keep(past, indices)
 
     @torch.inference_mode()
     def forward_many(self, blocks: list[Block]) -> list[torch.Tensor]:
