@@ -27,13 +27,11 @@ class ModelDrafter(Drafter):
         self.name = name
         self.vocab_size = self.lm.vocab_size
         self.ids: list[int] = []
-        self.drafted: list[int] = []
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
         self.sampling, self.generator = sampling, generator
         self.rng = _numpy_rng(generator)
         self.ids = list(context_ids)
-        self.drafted = []
         self.lm.reset()
         if len(self.ids) > 1:
             self.lm.forward(self.ids[:-1], logits_to_keep=1)
@@ -59,13 +57,11 @@ class ModelDrafter(Drafter):
             rows.append(p)
             sequence[len(self.ids) + i] = token
             pending = [token]
-        self.drafted = tokens
         return Draft(tokens=torch.tensor(tokens, dtype=torch.long), probs=Probs.cat(rows), forwards=gamma)
 
     def commit(self, verdict: Verdict) -> None:
         keep = len(self.ids) + len(verdict.kept)
         self.ids = self.ids + list(verdict.kept) + [int(verdict.next_token)]
-        self.drafted = []
         if self.lm.cached_len > keep:
             self.lm.crop_or_replay(keep)
 

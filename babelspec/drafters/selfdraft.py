@@ -116,7 +116,6 @@ class SelfDrafter(ModelDrafter):
             self.sampling, self.generator = sampling, generator
             self.rng = _numpy_rng(generator)
             self.ids = list(context_ids)
-            self.drafted = []
             self.lm.reset()
             shared = target.cache.layers[: self.n_shared]
             # in the drafter's cache dtype and layout (the int8 one's differ)
