@@ -285,8 +285,9 @@ def generate(
         result.draft_seconds += time.perf_counter() - t0
         if draft.is_tree and not target.verifies_tree(len(draft) + 1):
             draft = draft.first_chain()  # a verifier without trees (now) checks the first guesses
-        if draft.depth() > k_max:
-            raise RuntimeError(f"drafter {drafter.name!r} proposed {draft.depth()} tokens in a row, more than {k_max}")
+        depth = draft.depth()
+        if depth > k_max:
+            raise RuntimeError(f"drafter {drafter.name!r} proposed {depth} tokens in a row, more than {k_max}")
         v = verify(target, draft, seq, length, sampling, rng)
         # The drafter hears the verdict, and rolls back to the tokens kept.
         drafted = draft.tokens.tolist()
@@ -294,12 +295,12 @@ def generate(
         t0 = time.perf_counter()
         top = top_rows(v.logits, drafter.observes_top) if drafter.observes_top else None
         drafter.commit(Verdict(kept, v.next_token, inputs=[int(seq[length - 1])] + drafted, top=top,
-                               drafted=len(draft), depth=draft.depth(), rejected=v.rejected))
+                               drafted=len(draft), depth=depth, rejected=v.rejected))
         result.draft_seconds += time.perf_counter() - t0  # rollback, replay, lookup index
         new_tokens = kept + [v.next_token]
         seq[length : length + len(new_tokens)] = new_tokens
         length += len(new_tokens)
-        _record_step(result, draft, v)
+        _record_step(result, draft, depth, v)
         start = len(generated)
         generated.extend(new_tokens)
         stop = _first_stop(generated, start, eos, target.tokenizer, stop_strings)
@@ -329,7 +330,7 @@ def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamm
     return set(eos_token_ids)
 
 
-def _record_step(result: GenerationResult, draft: Draft, v: Verification) -> None:
+def _record_step(result: GenerationResult, draft: Draft, depth: int, v: Verification) -> None:
     """A step's counts: drafted nodes, accepted tokens, the draft's depth, a rejection."""
     k, n = len(draft), len(v.path)
     result.rollback_seconds += v.rollback_seconds
@@ -339,7 +340,7 @@ def _record_step(result: GenerationResult, draft: Draft, v: Verification) -> Non
     result.rejections += v.rejected
     result.proposed_per_step.append(k)
     result.accepted_per_step.append(n)
-    result.depth_per_step.append(draft.depth())
+    result.depth_per_step.append(depth)
     result.rejected_per_step.append(int(v.rejected))
     result.draft_forwards += draft.forwards
 

@@ -40,7 +40,6 @@ class RoutedDrafter(DrafterWrapper):
         super().__init__(inner if inner is not None else NoDrafter())
         self.route = route
         self.min_speedup = min_speedup
-        self.vocab_size = inner.vocab_size if inner is not None else None
         self.name = f"auto[{route.drafter},g={route.gamma}]"
         self.preferred_gamma = max(1, route.gamma)
         self._reset_counts()
@@ -77,21 +76,20 @@ class RoutedDrafter(DrafterWrapper):
     def commit(self, verdict: Verdict) -> None:
         if not self.drafting:
             return  # the inner drafter is no longer consulted in this generation
+        kept = len(verdict.kept)
         if verdict.drafted:  # the engine's verdicts carry the draft's shape
-            self._judge(len(verdict.kept), verdict.rejected, verdict.drafted, verdict.depth)
+            self._judge(kept, verdict.rejected, verdict.drafted, verdict.depth)
         elif self._last[0]:  # another caller's: the shape of the last proposal
-            tokens, depth = self._last
-            self._judge(len(verdict.kept), len(verdict.kept) < depth, tokens, depth)
+            self._judge(kept, kept < self._last[1], *self._last)
         self.inner.commit(verdict)
         self._maybe_stop()
 
     def _judge(self, kept: int, rejected: bool, drafted: int, depth: int) -> None:
-        if drafted:
-            self.matched += kept
-            self.rejections += int(rejected)
-            self.judged_steps += 1
-            self.drafted += drafted
-            self.depth += depth
+        self.matched += kept
+        self.rejections += int(rejected)
+        self.judged_steps += 1
+        self.drafted += drafted
+        self.depth += depth
 
     def _maybe_stop(self) -> None:
         if self.judged_steps >= WARMUP_STEPS and self.online_speedup() < self.min_speedup:
