@@ -109,22 +109,22 @@ def step_shapes(r: ExampleRecord) -> tuple[np.ndarray, np.ndarray, np.ndarray] |
     return acc, prop, rejected
 
 
-def _depth_total(r: ExampleRecord) -> int | None:
-    """Tokens on the longest paths of a generation's drafts, summed over its steps (a chain's
-    are its tokens, also where no per-step counts were kept); None where unknown."""
+def _depth_total(r: ExampleRecord, shape: tuple[np.ndarray, ...] | None) -> int | None:
+    """Tokens on the longest paths of a generation's drafts (``shape``: its ``step_shapes``),
+    summed over its steps (a chain's are its tokens, also where no per-step counts were kept);
+    None where unknown."""
     if not r.accepted_per_step and not r.depth_per_step:
         return r.proposed
-    shape = step_shapes(r)
     return None if shape is None else int(shape[1].sum())
 
 
-def _acceptance_by_draft_position(records: list[ExampleRecord], gamma: int) -> list[float]:
+def _acceptance_by_draft_position(shapes: list[tuple[np.ndarray, ...] | None], gamma: int) -> list[float]:
     """P(the i-th drafted token of a step is accepted | a step's draft reached position i),
     i = 0..gamma-1: positions count along a path, so a tree's nodes at one depth are one
-    position. NaN-free only where every record's depths are known."""
+    position (``shapes``: each generation's ``step_shapes``). NaN-free only where every
+    generation's depths are known."""
     if gamma <= 0:
         return []
-    shapes = [step_shapes(r) for r in records]
     if any(sh is None for sh in shapes):
         return [math.nan] * gamma
     acc = np.concatenate([sh[0] for sh in shapes] or [np.zeros(0, np.int64)])
@@ -137,13 +137,12 @@ def _acceptance_by_draft_position(records: list[ExampleRecord], gamma: int) -> l
     return [float(a / p) if p else math.nan for a, p in zip(accepted, proposed)]
 
 
-def _acceptance_by_output_position(records: list[ExampleRecord]) -> list[float]:
+def _acceptance_by_output_position(shapes: list[tuple[np.ndarray, ...] | None]) -> list[float]:
     """Paper-style a per bin of output position (16 tokens), from the per-step counts (a step
     with a rejection judges accepted + 1 tokens, one that ran out of draft its accepted ones)."""
     matched = defaultdict(float)
     judged = defaultdict(float)
-    for r in records:
-        shape = step_shapes(r)
+    for shape in shapes:
         if shape is None:
             continue
         acc, _, rejected = shape
@@ -320,7 +319,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             # caps γ, n-gram drafters stop early, and the budget cuts the last draft. A tree
             # keeps at most its depth + 1 tokens a step and costs its nodes.
             s.drafted_per_step = proposed / steps if steps else math.nan
-            depths = [_depth_total(r) for r in rows]
+            shapes = [step_shapes(r) for r in rows]
+            depths = [_depth_total(r, shape) for r, shape in zip(rows, shapes)]
             if steps and all(d is not None for d in depths):
                 s.depth_per_step = sum(depths) / steps
             s.c = median(cs)
@@ -331,8 +331,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             s.speedup_low, s.speedup_high = median_interval(by_prompt, seed=cell_seed(key))
             clean = [q for v in ratios_clean.get(key, {}).values() for q in v]
             s.speedup_loop_free, s.n_pairs_loop_free = median(clean), len(clean)
-            s.acceptance_by_draft_position = _acceptance_by_draft_position(rows, gamma)
-            s.acceptance_by_output_position = _acceptance_by_output_position(rows)
+            s.acceptance_by_draft_position = _acceptance_by_draft_position(shapes, gamma)
+            s.acceptance_by_output_position = _acceptance_by_output_position(shapes)
         else:
             s.speedup = s.speedup_low = s.speedup_high = 1.0
             s.speedup_loop_free = 1.0
@@ -616,23 +616,19 @@ def wall_seconds_total(records: list[ExampleRecord]) -> float:
     return float(sum(r.wall_seconds for r in records))
 
 
-def paper_table(records: list[ExampleRecord]) -> list[dict]:
+def paper_table(records: list[ExampleRecord], best: list[SettingStats] | None = None) -> list[dict]:
     """The paper's comparison, one row per task and drafter: each language's γ chosen on the
     choosing prompts (the highest measured speedup), then α, f, f at the measured verification
     cost and the measured speedup on the held-out prompts, as means over languages with BCa 95%
-    intervals (prompts resampled within each language), and each language's held-out values."""
-    choose, measure = held_out_split(records)
-    chosen = best_gamma(setting_stats(choose))
-    held = {(s.language, s.task, s.drafter, s.gamma): s for s in setting_stats(measure)}
-    by: dict[tuple[str, str], list[CellKey]] = defaultdict(list)
-    for (lang, task, drafter), s in sorted(chosen.items()):
-        by[(task, drafter)].append((lang, task, drafter, s.gamma))
+    intervals (prompts resampled within each language), and each language's held-out values.
+    ``best``: ``held_out_best(records)``, where the caller has it already."""
+    _, measure = held_out_split(records)
+    by: dict[tuple[str, str], list[SettingStats]] = defaultdict(list)
+    for h in held_out_best(records) if best is None else best:
+        by[(h.task, h.drafter)].append(h)
     rows = []
-    for (task, drafter), cells in sorted(by.items()):
-        cells = [c for c in cells if c in held]
-        if not cells:
-            continue
-        hs = [held[c] for c in cells]
+    for (task, drafter), hs in sorted(by.items()):
+        cells = [(h.language, h.task, h.drafter, h.gamma) for h in hs]
         speedup, low, high = mean_speedup_interval(measure, cells)
         alpha, alpha_low, alpha_high = mean_alpha_interval(measure, cells)
         rows.append({

@@ -98,7 +98,7 @@ def analyse(store: Store) -> dict[str, Any]:
         "headline": agg.headline(records, languages_rows),
         "drafter_means": agg.drafter_means(best),
         # the paper's comparison: γ chosen on the choosing prompts, numbers from the held-out ones
-        "paper_table": (table := agg.paper_table(records)),
+        "paper_table": (table := agg.paper_table(records, best)),
         "paper_findings": paper.findings_dicts(table),
         "task_kd_vs_bigram": paper.task_kd_against_bigram(table),
         "distilled": distilled_runs(specs),
