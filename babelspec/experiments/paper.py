@@ -30,6 +30,7 @@ ROLES: dict[str, str] = {
     "bigram": "corpus bigram",
 }
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "not reproduced", "inconclusive"
+NOT_MEASURED = "not measured"
 
 
 @dataclass
@@ -71,7 +72,7 @@ def findings(table: list[dict[str, Any]]) -> list[Finding]:
         return all(k in row for k in keys)
 
     def missing(claim: str, *names: str) -> Finding:
-        return Finding(claim, "not measured", f"this run has no {' or '.join(names)} setting")
+        return Finding(claim, NOT_MEASURED, f"this run has no {' or '.join(names)} setting")
 
     # 1-2. Task KD against the family's small model, on each task.
     for task, expected, claim in (
@@ -116,7 +117,7 @@ def findings(table: list[dict[str, Any]]) -> list[Finding]:
             parts.append(f"{t}: bigram speedup {_fmt(row[(t, 'bigram')], 'speedup')}x, the others "
                          + (", ".join(f"{o['drafter']} {_fmt(o, 'speedup')}x" for o in others) or "not measured"))
         if not signs:  # nothing to compare the bigram with
-            verdict = "not measured"
+            verdict = NOT_MEASURED
         else:
             verdict = NOT_REPRODUCED if -1 in signs else REPRODUCED if all(s == 1 for s in signs) else INCONCLUSIVE
         out.append(Finding(claim, verdict, "; ".join(parts)))

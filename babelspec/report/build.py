@@ -14,6 +14,9 @@ from babelspec.report import figures as figs
 from babelspec.report.blocks import Block, Bullets, Figure, Heading, Paragraph, Table, to_html, to_markdown
 from babelspec.report.provenance import provenance_blocks
 
+# How every table and figure that picks a γ per language picks it (``aggregate.held_out_best``)
+HELD_OUT_GAMMA = "γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts"
+
 
 def _measured_on(a: dict[str, Any], meta: dict[str, Any]) -> str:
     """What the speed figures were measured on: the generations' machines (the workers' under
@@ -175,7 +178,7 @@ def _setting_blocks(a: dict[str, Any]) -> list[Block]:
         [[r["task"], r["drafter"], r["trained_on"] or "–", str(r["languages"]), _f(r["alpha_mean"]),
           _f(r["f_mean"], suffix="x"), _f(r["speedup_mean"], suffix="x"),
           _f(r["speedup_worst"], suffix="x"), r["worst_language"]] for r in a["drafter_means"]],
-        caption="Each drafter at its best γ per language: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts. The worst language is picked, "
+        caption=f"Each drafter at its best γ per language: {HELD_OUT_GAMMA}. The worst language is picked, "
         "like the headline's, by its speedup on the choosing prompts.",
     ))  # fmt: skip
 
@@ -222,7 +225,7 @@ def _setting_blocks(a: dict[str, Any]) -> list[Block]:
             cells.append(f"α {_f(c['alpha'])}, {_f(c['speedup'], suffix='x')}{tag}")
         rows.append([d, *cells])
     blocks.append(Table(["drafter \\ evaluated on", *tasks], rows,
-                        caption="Means over languages at each language's best γ: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."))  # fmt: skip
+                        caption=f"Means over languages at each language's best γ: {HELD_OUT_GAMMA}."))  # fmt: skip
 
     # --- quantization by language ---
     quant = a.get("quantization") or []
@@ -306,14 +309,14 @@ def _figure_blocks(a: dict[str, Any]) -> list[Block]:
     for task in sorted({b["task"] for b in best}):
         figure_specs.append((f"fig3-alpha-{task}", figs.per_language_bars(best, task, "alpha_mean", "α (best γ)",
                                                                           interval=("alpha_low", "alpha_high")),
-                             f"Fig. 3 — acceptance α per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts "
+                             f"Fig. 3 — acceptance α per language and drafter, {task}: {HELD_OUT_GAMMA} "
                              "(bars: BCa 95% intervals over held-out prompts)."))
         figure_specs.append((f"fig4-speedup-{task}", figs.per_language_bars(best, task, "speedup", "measured speedup", True,
                                                                             interval=("speedup_low", "speedup_high")),
-                             f"Fig. 4 — measured wall-clock speedup per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts "
+                             f"Fig. 4 — measured wall-clock speedup per language and drafter, {task}: {HELD_OUT_GAMMA} "
                              "(dashed: plain decoding; bars: BCa 95% intervals over held-out prompts)."))
         figure_specs.append((f"fig4b-theoretical-{task}", figs.per_language_bars(best, task, "theoretical_f", "theoretical f", True),
-                             f"Fig. 4b — theoretical f per language and drafter, {task}: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."))
+                             f"Fig. 4b — theoretical f per language and drafter, {task}: {HELD_OUT_GAMMA}."))
     figure_specs += [
         ("fig1-paper-table", figs.paper_table(a.get("paper_table") or [], PAPER_MEANS),
          "Fig. 1 — the paper's comparison: held-out α and measured speedup per drafter and task, means "
@@ -323,13 +326,13 @@ def _figure_blocks(a: dict[str, Any]) -> list[Block]:
          "translation prompts by step (circles: the kept step)."),
         ("fig5-task-tradeoff", figs.task_tradeoff(best),
          "Fig. 5 — in-task versus held-out task: α on translation against α on stories (stars: means); "
-         "γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."),
+         f"{HELD_OUT_GAMMA}."),
         ("fig6-measured-vs-theoretical", figs.measured_vs_theoretical(settings),
          "Fig. 6 — measured wall-clock speedup against theoretical f, every cell."),
         ("fig7-latency-per-char", figs.latency_per_char(langs),
          "Fig. 7 — milliseconds per generated character, plain decoding and the best setting."),
         ("fig8-acceptance-by-position", figs.acceptance_by_position(best),
-         "Fig. 8 — acceptance along the output at each drafter's best γ: γ per language chosen on the choosing (even-numbered) prompts; numbers on the held-out (odd-numbered) prompts."),
+         f"Fig. 8 — acceptance along the output at each drafter's best γ: {HELD_OUT_GAMMA}."),
         ("fig9-divergence", figs.divergence_vs_resources(div, corpus, a.get("divergence_correlation", {})),
          "Fig. 9 — draft/target TV per character against the bundled corpus size."),
     ]  # fmt: skip
