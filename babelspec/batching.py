@@ -21,7 +21,7 @@ that loaded the model (``babelspec serve`` runs it on the main thread and HTTP o
 Each sequence stays exactly what it would be alone: a block's rows round as in their own
 forward where the products are row-invariant, and ``LeanGemma3.batch_rows`` measures up to how
 many rows they are on this machine, for this dtype; a batch never holds more rows than that,
-and blocks longer than ``MERGE_MAX_TOKENS`` (prefills) run alone. The engine, drafters and
+and blocks longer than the forward's ``merge_max_tokens`` (prefills) run alone. The engine, drafters and
 sampling are untouched: a slot is an ordinary ``Target`` to them.
 """
 
@@ -41,7 +41,6 @@ from greenlet import greenlet
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache
 from babelspec.forward.gemma3 import Block
-from babelspec.forward.kernels import MERGE_MAX_TOKENS
 from babelspec.target import Target
 
 log = logging.getLogger("babelspec.batching")
@@ -167,10 +166,11 @@ class EngineLoop:
         items = iter(self._pending.items())
         first = next(items)
         batch, rows = [first], first[1].ids.shape[1]
-        if rows <= MERGE_MAX_TOKENS:
+        limit = self.shared.options.merge_max_tokens
+        if rows <= limit:
             for g, block in items:
                 n = block.ids.shape[1]
-                if n <= MERGE_MAX_TOKENS and rows + n <= self.max_rows:
+                if n <= limit and rows + n <= self.max_rows:
                     batch.append((g, block))
                     rows += n
         for g, _ in batch:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from babelspec.forward import Forward, build_forward
+from babelspec.forward import Forward, ForwardOptions, build_forward
 from babelspec.forward.hf import TREE_ATTENTION
 
 
@@ -75,14 +75,16 @@ class CausalLM:
     """A causal LM with a KV cache over the tokens forwarded so far (batch size 1)."""
 
     def __init__(self, model: torch.nn.Module, device: torch.device | None = None,
-                 forward: str | None = None, quantize: str | None = None, impl: Forward | None = None) -> None:  # fmt: skip
+                 forward: str | None = None, quantize: str | None = None, impl: Forward | None = None,
+                 options: ForwardOptions | None = None) -> None:  # fmt: skip
         self.model = model.eval()
         self.device = device or next(model.parameters()).device
         # The lean forward where the family has one (Gemma-3: same logits, less framework);
         # ``forward="hf"`` (or BABELSPEC_FORWARD=hf) keeps Hugging Face's. ``quantize`` (a
         # drafter's) runs the layers on int8 copies of their weights, in the lean forward only.
+        # ``options``: how the lean forward computes (``ForwardOptions``; the measured defaults).
         # ``impl``: a forward to use instead (a slot of a batch: ``babelspec.batching``).
-        self.impl: Forward = impl if impl is not None else build_forward(model, self.device, forward, quantize)
+        self.impl: Forward = impl if impl is not None else build_forward(model, self.device, forward, quantize, options)
         self.vocab_size = output_vocab_size(model)
         self.max_context = context_window(model)
         self.timer = ForwardTimer(self.device)

@@ -17,8 +17,8 @@ class Target(CausalLM):
     """The verifier: prefill the prompt, verify drafted blocks in one forward, roll back."""
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None,
-                 forward: str | None = None, impl: Any = None):  # fmt: skip
-        super().__init__(model, device, forward, impl=impl)
+                 forward: str | None = None, impl: Any = None, options: Any = None):  # fmt: skip
+        super().__init__(model, device, forward, impl=impl, options=options)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__
         self.precision: str | None = None  # a target mode (load_target's ``precision``), else the dtype's own

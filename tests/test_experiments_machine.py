@@ -81,6 +81,7 @@ def test_every_result_records_its_execution_plan():
     import torch
     from tiny import tiny_qwen3
 
+    from babelspec.forward import ForwardOptions
     from babelspec.forward.native import glue
     from babelspec.machine import describe, describe_machines, execution_info, machines_summary
     from babelspec.target import Target
@@ -92,9 +93,9 @@ def test_every_result_records_its_execution_plan():
     assert plan["forward"] == "lean" and plan["weights"] == "bfloat16"
     assert plan["glue"] == (glue() is not None and target.lean.glue is not None)
     assert plan["cache"] == ("float32" if target.lean.cache_dtype == torch.float32 else "bfloat16")
-    target.lean.set_native(False)  # the glue and float32 attention off: another plan, said so
-    off = execution_info(target)["plan"]
-    assert not off["glue"] and off["cache"] == "bfloat16" and "no C glue" in describe(execution_info(target))
+    off_target = Target(bf16, options=ForwardOptions(native=False))  # no glue, no float32 attention: said so
+    off = execution_info(off_target)["plan"]
+    assert not off["glue"] and off["cache"] == "bfloat16" and "no C glue" in describe(execution_info(off_target))
     assert execution_info(Target(tiny_qwen3()))["plan"]["forward"] == "hf"  # a family without the lean forward
     line = describe_machines(machines_summary([machine_fingerprint(target)]))
     assert "lean forward" in line and "bfloat16 KV cache" in line

@@ -12,7 +12,7 @@ from transformers import DynamicCache
 
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
-from babelspec.forward import lean_forward
+from babelspec.forward import ForwardOptions, lean_forward
 from babelspec.forward.cache import LeanCache
 from babelspec.forward.kernels import onednn_packs_bf16
 from babelspec.lm import CausalLM
@@ -32,11 +32,9 @@ def _eager(model):
 
 def _both(model, schedule, seed: int = 0, fuse: bool = True, glue: bool = True):
     """Logits of HF's forward and of the lean one over ``schedule``, pairwise; ``glue=False``
-    keeps the torch operations between the products and bf16 attention (``set_native``)."""
-    lean = lean_forward(model, fuse=fuse)
+    keeps the torch operations between the products and bf16 attention (``ForwardOptions.native``)."""
+    lean = lean_forward(model, options=ForwardOptions(fuse=fuse, native=glue))
     assert lean is not None
-    if not glue:
-        lean.set_native(False)
     lean.capacity = 4  # grow the buffers several times on the way
     lean_cache = lean.new_cache()
     hf_cache = DynamicCache(config=model.config)
@@ -73,9 +71,8 @@ def test_lean_logits_equal_hf_bit_for_bit(dtype, seed):
 
 def _merged_and_apart(model, schedule, seed: int = 0):
     """Logits of the lean forward with the q/k norm merge and without it, pairwise."""
-    merged, apart = lean_forward(model), lean_forward(model)
-    merged.set_native(False)  # the torch operations on both sides: the merge alone
-    apart.set_native(False)
+    torch_ops = ForwardOptions(native=False)  # the torch operations on both sides: the merge alone
+    merged, apart = lean_forward(model, options=torch_ops), lean_forward(model, options=torch_ops)
     assert all(layer.qk_norm is not None for layer in merged.layers)
     for layer in apart.layers:
         layer.qk_norm = None
@@ -240,3 +237,17 @@ def test_bf16_verification_rows_equal_decode_rows_on_the_default_model(real_mode
             logits = target.forward(block[:n])
             target.crop_or_replay(length)
             assert all(torch.equal(logits[i], decoded[i]) for i in range(n)), (length, n)
+
+
+def test_the_merge_limit_is_an_option_of_one_forward():
+    """A forward built with another merge limit merges only blocks that short; another forward
+    over the same weights keeps the default (an option, not a module global)."""
+    model = _eager(tiny_gemma3(seed=2)).to(torch.bfloat16)
+    short, default = lean_forward(model, options=ForwardOptions(merge_max_tokens=2)), lean_forward(model)
+    if not default.layers[0].qkv.fused:
+        pytest.skip(UNPACKED)
+    rows = torch.zeros(1, 3, model.config.hidden_size, dtype=torch.bfloat16)
+    assert not short.layers[0].qkv.merges(rows) and default.layers[0].qkv.merges(rows)
+    assert short.layers[0].qkv.merges(rows[:, :2])
+    with pytest.raises(ValueError, match="merge_max_tokens must be a positive whole number"):
+        ForwardOptions(merge_max_tokens=0)

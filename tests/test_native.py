@@ -10,8 +10,9 @@ import pytest
 import torch
 from tiny import UNPACKED, tiny_gemma3
 
-from babelspec.forward import lean_forward, native
+from babelspec.forward import ForwardOptions, lean_forward, native
 from babelspec.forward.gemma3 import _rms, _rotate_half
+from babelspec.forward.options import NATIVE_ENV
 
 glue = native.glue()
 needs_glue = pytest.mark.skipif(glue is None, reason="no C compiler here")
@@ -81,20 +82,16 @@ def test_the_build_is_kept_and_a_broken_source_is_named(tmp_path):
 def test_turned_off_the_forward_keeps_the_torch_operations(monkeypatch):
     model = tiny_gemma3(seed=0).to(torch.bfloat16)
     model.set_attn_implementation("eager")
-    monkeypatch.setenv(native.NATIVE_ENV, "0")
-    native.glue.cache_clear()
-    try:
-        assert native.glue() is None
-        assert lean_forward(model).glue is None
-    finally:
-        monkeypatch.delenv(native.NATIVE_ENV)
-        native.glue.cache_clear()
+    assert lean_forward(model, options=ForwardOptions(native=False)).glue is None
+    monkeypatch.setenv(NATIVE_ENV, "0")  # how CI runs the exactness tests without it
+    assert not ForwardOptions().native and lean_forward(model).glue is None
+    monkeypatch.delenv(NATIVE_ENV)
     on = lean_forward(model)
     if not on.layers[0].qkv.fused:
         pytest.skip(UNPACKED)
     assert (on.glue is not None) == (glue is not None)
     assert math.isfinite(on(torch.tensor([[1, 2, 3]]), on.new_cache()).float().sum().item())
-    assert lean_forward(model, fuse=False).glue is None  # fuse=False: Hugging Face's operations
+    assert lean_forward(model, options=ForwardOptions(fuse=False)).glue is None  # fuse=False: Hugging Face's operations
     assert lean_forward(model.float()).glue is None  # float32 (the exact mode) never
 
 
@@ -126,7 +123,6 @@ def test_the_build_is_keyed_by_compiler_and_a_missing_one_is_said(tmp_path, monk
     monkeypatch.setenv("CC", str(wrapper))
     assert native.build(out_dir=tmp_path) != first  # its own library, not the other compiler's
     monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
-    monkeypatch.setenv(native.NATIVE_ENV, "1")
     native.glue.cache_clear()
     try:
         with pytest.warns(UserWarning, match="C glue is unavailable"):

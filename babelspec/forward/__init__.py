@@ -20,9 +20,10 @@ from babelspec.forward.base import Forward
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.forward.hf import HFForward
 from babelspec.forward.kernels import Linear, OutputHead
+from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import QUANTIZATIONS
 
-__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "HFForward", "LeanGemma3", "build_forward",
+__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "ForwardOptions", "HFForward", "LeanGemma3", "build_forward",
            "default_forward", "lean_forward"]
 
 
@@ -47,15 +48,17 @@ def _gemma3_body(body: Any) -> bool:
             and config.hidden_activation in ("gelu_pytorch_tanh", "gelu"))  # fmt: skip
 
 
-def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool = True,
+def lean_forward(model: torch.nn.Module, forward: str | None = None, options: ForwardOptions | None = None,
                  quantize: str | None = None) -> LeanGemma3 | None:  # fmt: skip
     """The lean forward of ``model`` (a Gemma-3 text LM, or a restricted-head drafter over one),
     or None where Hugging Face's forward is used: other families, or ``forward="hf"``.
-    ``fuse=False`` keeps bf16's projections apart, as Hugging Face computes them (``Linears``).
+    ``options`` (``ForwardOptions``: packing, fusion, the C glue, the merge limit) default to
+    the measured choices.
     ``quantize="int8"``: the layers' products on weight-only int8 copies (``Int8Linear``), a
     drafter's forward (not the target's: it is another model)."""
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
+    options = options if options is not None else ForwardOptions()
     forward = forward or default_forward()
     if forward not in FORWARDS:
         raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
@@ -70,15 +73,16 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, fuse: bool 
         head = getattr(model, "lm_head", None)
         if type(model).__name__ != "Gemma3ForCausalLM" or head is None or head.bias is not None:
             return None
-        logits_of = OutputHead(Linear(head.weight, pad_row=fuse), head.weight, model.config.final_logit_softcapping)
-    return LeanGemma3(body, logits_of, fuse=fuse, quantize=quantize)
+        linear = Linear(head.weight, options.pack, pad_row=options.fuse)
+        logits_of = OutputHead(linear, head.weight, model.config.final_logit_softcapping)
+    return LeanGemma3(body, logits_of, options, quantize)
 
 
 def build_forward(model: torch.nn.Module, device: torch.device, forward: str | None = None,
-                  quantize: str | None = None) -> Forward:  # fmt: skip
+                  quantize: str | None = None, options: ForwardOptions | None = None) -> Forward:  # fmt: skip
     """The forward of ``model``: the lean one where its family has one (``lean_forward``), else
     Hugging Face's. ``quantize`` (a drafter's int8 layers) needs the lean forward."""
-    lean = lean_forward(model, forward, quantize=quantize)
+    lean = lean_forward(model, forward, options, quantize)
     if lean is not None:
         return lean
     if quantize is not None:

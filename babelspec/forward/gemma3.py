@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
-from babelspec.forward.kernels import MERGE_MAX_TOKENS, Linear, Linears, float32_attention_rows_agree
+from babelspec.forward.kernels import Linear, Linears, float32_attention_rows_agree
 from babelspec.forward.native import Glue, glue
+from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import Int8Linear, W8A8Linear
 from babelspec.forward.trees import tree_ancestors, tree_mask
 
@@ -79,8 +80,10 @@ class LeanGemma3(Forward):
     prefills_without_logits = True
 
     def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
-                 initial_capacity: int = 256, pack: bool = True, fuse: bool = True,
-                 quantize: str | None = None) -> None:  # fmt: skip
+                 options: ForwardOptions | None = None, quantize: str | None = None,
+                 initial_capacity: int = 256) -> None:  # fmt: skip
+        self.options = options = options if options is not None else ForwardOptions()
+        pack, fuse, limit = options.pack, options.fuse, options.merge_max_tokens
         config = body.config
         self.body, self.logits_of = body, logits_of
         self.rotary = body.rotary_emb
@@ -105,7 +108,7 @@ class LeanGemma3(Forward):
         # float32 over a float32 cache: oneDNN's bf16 products pay 50-80 µs for each new context
         # length, MKL's float32 ones 17 µs (``benchmarks/results/native_glue.json``)
         self.glue: Glue | None = None
-        if quantize == "int8" and self.dtype == torch.bfloat16 and self.device.type == "cpu":
+        if quantize == "int8" and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
         self._batch_rows: dict[int, int] = {}
         self.quantize = quantize
@@ -122,17 +125,17 @@ class LeanGemma3(Forward):
             # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
             # the merges and this are what ``fuse`` turns off
             self.layers.append(_Layer(
-                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, pad_row=fuse),
+                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, fuse, limit),
                 o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
-                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, pad_row=fuse),
+                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, fuse, limit),
                 down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
                 norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
             if self.layers[-1].qkv.fused:
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
-        # bf16 blocks of up to MERGE_MAX_TOKENS rows (with the merges, which ``fuse`` turns off):
+        # bf16 blocks of up to ``merge_max_tokens`` rows (with the merges, which ``fuse`` turns off):
         # the norms, residual adds and the queries' and keys' rotation in C (``native``), row by
         # row, so a verification row still rounds as a decode row (``benchmarks/results/native_glue.json``)
-        if (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+        if (options.native and fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
                 and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
             self.glue = glue()
             # and attention in float32 over a float32 cache where MKL's float32 products give a
@@ -143,16 +146,6 @@ class LeanGemma3(Forward):
             groups = self.heads // self.kv_heads
             if self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
                 self.cache_dtype = torch.float32
-        self._native = (self.glue, self.cache_dtype)
-
-    def set_native(self, on: bool) -> None:
-        """Turn the C glue and float32 attention off (``on=False``: the torch operations and a
-        bf16 cache, as Hugging Face computes; for comparisons), or back on where they apply.
-        Caches made before the change keep their dtype, so make new ones."""
-        if not on:
-            self.glue, self.cache_dtype = None, self.dtype
-        else:
-            self.glue, self.cache_dtype = self._native
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's
@@ -192,7 +185,7 @@ class LeanGemma3(Forward):
         and only attention runs per block, on the block's own cache. A lone block is computed
         op for op as before; in a batch a row rounds as alone where the products are
         row-invariant up to the batch's rows (``batch_rows``, which callers check)."""
-        merge = all(b.ids.shape[1] <= MERGE_MAX_TOKENS for b in blocks)  # blocks, not the batch
+        merge = all(b.ids.shape[1] <= self.options.merge_max_tokens for b in blocks)  # blocks, not the batch
         ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
         preps = [self._prepare(b, x) for b in blocks]
@@ -350,7 +343,7 @@ class LeanGemma3(Forward):
         groups, length = self.heads // self.kv_heads, values.shape[2]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
         # instead of copying the keys and values once per query head (repeat_kv, as transformers)
-        rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= MERGE_MAX_TOKENS else None
+        rows = (1, self.kv_heads, groups * n) if groups > 1 and layer.qkv.fused and n <= self.options.merge_max_tokens else None
         if keys.dtype != q.dtype:  # a float32 cache: blocks attend in float32, a prefill as HF does
             if rows is not None or self.quantize == "int8":
                 q = q.to(keys.dtype)

@@ -12,6 +12,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from babelspec.forward.options import MERGE_MAX_TOKENS
+
 
 class OutputHead:
     """A Gemma-3 LM's output head: the product (``Linear``, or ``W8A8Linear`` in a W8A8
@@ -148,26 +150,19 @@ class Linear:
         return _packed_product(x, self.packed, self.pad_row)
 
 
-# Blocks of at most this many tokens (decode steps and verifications) run the bf16 merges;
-# longer ones (prefill) run Hugging Face's products one for one, so the cache a generation starts
-# from is Hugging Face's bit for bit. The merges reorder oneDNN's sums in some shapes (a stacked
-# q/k/v product first differed from separate ones at 128 rows; grouped attention at 1 of 334
-# context lengths for 5-token blocks, 23 for 9, none for one token), rare last-bit differences
-# that the fast mode's measured agreement rate covers (``bench equivalence --dtype bfloat16``).
-MERGE_MAX_TOKENS = 16
-
-
 class Linears:
     """``[x @ w.T for w in weights]`` for projections of one input (q, k, v; gate, up). Packed
     bf16 weights are also stacked into one oneDNN product for blocks of up to
-    ``MERGE_MAX_TOKENS`` rows, split after: one pass over the input instead of two or three
+    ``merge_max_tokens`` rows (``ForwardOptions``), split after: one pass over the input instead of two or three
     (``benchmarks/results/lean_fusion.json``). Longer blocks take ``F.linear`` on each weight, as Hugging
     Face does. Unpacked (float32) weights are never stacked: MKL picks its float32 kernels by
     shape, so a stacked product would round differently."""
 
-    __slots__ = ("parts", "sizes", "packed", "pad_row")
+    __slots__ = ("parts", "sizes", "packed", "pad_row", "merge_max_tokens")
 
-    def __init__(self, weights: list[torch.Tensor], pack: bool = True, fuse: bool = True, pad_row: bool = False) -> None:
+    def __init__(self, weights: list[torch.Tensor], pack: bool = True, fuse: bool = True, pad_row: bool = False,
+                 merge_max_tokens: int = MERGE_MAX_TOKENS) -> None:  # fmt: skip
+        self.merge_max_tokens = merge_max_tokens
         self.sizes = [w.shape[0] for w in weights]
         fusable = pack and fuse and all(_can_pack(w) and w.shape[1] == weights[0].shape[1] for w in weights)
         self.packed = _packed(tuple(weights)) if fusable else None
@@ -180,7 +175,7 @@ class Linears:
 
     def merges(self, x: torch.Tensor) -> bool:
         """Whether a block of ``x``'s rows goes through the stacked product."""
-        return self.packed is not None and x.shape[-2] <= MERGE_MAX_TOKENS
+        return self.packed is not None and x.shape[-2] <= self.merge_max_tokens
 
     def stacked(self, x: torch.Tensor) -> torch.Tensor:
         """The stacked product itself, the projections side by side (``merges(x)`` only)."""

@@ -34,7 +34,6 @@ import torch
 
 from babelspec.models import cache_dir
 
-NATIVE_ENV = "BABELSPEC_NATIVE"  # "0" keeps the torch operations
 SOURCE = Path(__file__).with_name("native.c")
 _P, _L, _F = ctypes.c_void_p, ctypes.c_long, ctypes.c_float
 SIGNATURES = {
@@ -134,11 +133,8 @@ class Glue:
 
 @lru_cache(maxsize=1)
 def glue() -> Glue | None:
-    """The built glue, or None: ``BABELSPEC_NATIVE=0``, or it cannot be built here (the torch
-    operations then run, and the bf16 forward keeps its cache in bf16: the last bits of results
+    """The built glue, or None where it cannot be built here (the torch operations then run, and the bf16 forward keeps its cache in bf16: the last bits of results
     change; a warning says so once, and every result records it in its execution plan)."""
-    if os.environ.get(NATIVE_ENV, "1").strip() == "0":
-        return None
     try:
         return Glue(build())
     except (RuntimeError, OSError) as err:

@@ -1,0 +1,48 @@
+"""How the lean forward computes: one value passed in when a forward is built, never a module
+global changed from outside. The defaults are the measured choices; each names its benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+MERGE_MAX_TOKENS = 16  # the default merge limit (``ForwardOptions.merge_max_tokens``)
+NATIVE_ENV = "BABELSPEC_NATIVE"  # "0": the default options keep the torch operations (``native=False``)
+
+
+def native_default() -> bool:
+    """On unless ``BABELSPEC_NATIVE=0`` (how CI runs the exactness tests once more without it)."""
+    return os.environ.get(NATIVE_ENV, "1").strip() != "0"
+
+
+@dataclass(frozen=True)
+class ForwardOptions:
+    """``pack``: bf16 CPU weights prepacked once for oneDNN (``Linear``).
+
+    ``fuse``: bf16 projections of one input stacked into one product, and one-row products padded
+    to two rows where one row alone rounds otherwise, so that a decode step rounds as a
+    verification does (``benchmarks/results/lean_fusion.json``); ``False`` keeps Hugging Face's
+    products one for one.
+
+    ``native``: the C glue between the products in bf16 and float32 attention over a float32
+    cache, where they give a block's rows a decode step's bits (``benchmarks/results/native_glue.json``);
+    it needs ``fuse``.
+
+    ``merge_max_tokens``: blocks of at most this many tokens (decode steps and verifications) run
+    the merges and the glue; longer ones (prefills) run Hugging Face's products one for one, so
+    the cache a generation starts from is Hugging Face's bit for bit. The merges reorder oneDNN's
+    sums in some shapes (a stacked q/k/v product first differed from separate ones at 128 rows;
+    grouped attention at 1 of 334 context lengths for 5-token blocks, 23 for 9, none for one
+    token), rare last-bit differences that the fast mode's measured agreement rate covers
+    (``babelspec bench equivalence --dtype bfloat16``). The batcher merges only blocks this short.
+    """
+
+    pack: bool = True
+    fuse: bool = True
+    native: bool = field(default_factory=native_default)
+    merge_max_tokens: int = MERGE_MAX_TOKENS
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.merge_max_tokens, int) or self.merge_max_tokens < 1:
+            raise ValueError(f"merge_max_tokens must be a positive whole number of tokens, not {self.merge_max_tokens!r}")
