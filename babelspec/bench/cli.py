@@ -353,3 +353,30 @@ def bench_serve_command(
                           langs=[x for x in langs.split(",") if x], port=port, threads=threads,
                           batches=batches)  # fmt: skip
     typer.echo(json.dumps(figures))
+
+
+@bench_app.command("transformers")
+def bench_transformers(
+    langs: str = typer.Option("yor,amh,npi", help="Comma-separated language codes."),
+    target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    dtype: str = typer.Option("float32", help="The model's dtype in all three runs."),
+    drafter: str = typer.Option("real-bigram@", help="babelspec's drafter (bigram@, real-bigram@, ... or a spec)."),
+    prompts_per_lang: int = typer.Option(2, help="Prompts per language."),
+    max_new_tokens: int = typer.Option(48, help="Tokens per generation."),
+    prompt_lookup: int = typer.Option(10, help="transformers' prompt_lookup_num_tokens."),
+    task: str = typer.Option("flores", help="Prompts: flores (held-out FLORES-200 translation), translation, prefix."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """transformers' generate (plain, prompt lookup) against babelspec's drafter inside it, greedy."""
+    from babelspec.bench.transformers_helper import transformers_helper
+
+    try:
+        result = transformers_helper(list(_langs(langs, ("yor",))), target=target, dtype=dtype, drafter=drafter,
+                                     prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+                                     max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                                     prompt_lookup=prompt_lookup, task=task, data_root=data_root)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, output)

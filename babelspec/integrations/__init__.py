@@ -1,0 +1,1 @@
+"""babelspec's drafters inside other engines: Hugging Face transformers (``transformers``)."""
