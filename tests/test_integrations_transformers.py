@@ -74,3 +74,14 @@ def test_a_batch_of_prompts_is_refused_with_a_message():
     model = tiny_qwen3(vocab=16)
     with pytest.raises(ValueError, match=r"input_ids must be one non-empty sequence .* got shape \(2, 3\)"):
         generate(model, torch.tensor([[1, 2, 3], [4, 5, 6]]))
+
+
+def test_bench_transformers_names_a_bad_option():
+    from typer.testing import CliRunner
+
+    from babelspec.cli import app
+
+    res = CliRunner().invoke(app, ["bench", "transformers", "--prompts-per-lang", "0"])
+    assert res.exit_code != 0 and "--prompts-per-lang" in res.output
+    res = CliRunner().invoke(app, ["bench", "transformers", "--langs", "haw", "--data-root", "/nonexistent"])
+    assert res.exit_code == 2 and "error:" in res.output

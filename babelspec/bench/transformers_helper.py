@@ -46,8 +46,10 @@ def transformers_helper(langs: list[str], *, target: str = "gemma-3-270m", dtype
             for key, toks in (("plain", plain), ("prompt_lookup", lookup), ("babelspec", ours)):
                 tokens[key] += len(toks)
         speed = {key: tokens[key] / sum(times[key]) for key in times}
-        rows[lang] = {"tokens_per_s": speed, "median_seconds": {k: statistics.median(v) for k, v in times.items()},
-                      "ratio_to_plain": {k: speed[k] / speed["plain"] for k in speed},
+        rows[lang] = {**{f"{key}_tokens_per_s": speed[key] for key in times},
+                      **{f"{key}_median_s": statistics.median(times[key]) for key in times},
+                      "prompt_lookup_ratio": speed["prompt_lookup"] / speed["plain"],
+                      "babelspec_ratio": speed["babelspec"] / speed["plain"],
                       "alpha": accepted / proposed if proposed else None, "equal_to_plain_greedy": equal}  # fmt: skip
     return {"bench": "transformers", "target": target, "dtype": dtype, "drafter": drafter, "task": task,
             "prompts_per_lang": prompts_per_lang, "max_new_tokens": max_new_tokens,
