@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from babelspec.forward import CACHE_ONLY, LeanGemma3
+from babelspec.forward import CACHE_ONLY, ForwardOptions, LeanGemma3
 from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
@@ -17,7 +17,7 @@ class Target(CausalLM):
     """The verifier: prefill the prompt, verify drafted blocks in one forward, roll back."""
 
     def __init__(self, model: torch.nn.Module, tokenizer=None, device: torch.device | None = None,
-                 forward: str | None = None, impl: Any = None, options: Any = None):  # fmt: skip
+                 forward: str | None = None, impl: Any = None, options: ForwardOptions | None = None):  # fmt: skip
         super().__init__(model, device, forward, impl=impl, options=options)
         self.tokenizer = tokenizer
         self.name = getattr(model.config, "name_or_path", "") or type(model).__name__

@@ -6,14 +6,13 @@ from the context, so the comparison is against that, on one greedy prompt)."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from serve_helpers import free_port, get, post
 
 from babelspec.bench.llamacpp import gguf_for
 from babelspec.models import DEFAULT_TARGET, load_tokenizer
@@ -28,15 +27,9 @@ SERVER = Path(sys.prefix) / "bin" / "llama-server"
 PROMPT = "Once upon a time, in a small village by the river, there lived an old fisherman who"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _complete(gguf: Path, static: Path | None) -> dict:
     """One greedy completion of PROMPT by a fresh llama-server (stopped after)."""
-    port = _port()
+    port = free_port()
     args = [str(SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-c", "1024",
             "-np", "1", "--spec-type", "ngram-cache"]  # fmt: skip
     if static is not None:
@@ -46,17 +39,16 @@ def _complete(gguf: Path, static: Path | None) -> dict:
         deadline = time.monotonic() + 120
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
+                if get(f"http://127.0.0.1:{port}/health")[0] == 200:
+                    break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError(f"llama-server did not start: {proc.stderr.read().decode()[-2000:]}") from None
                 time.sleep(0.5)
         body = json.dumps({"prompt": PROMPT, "n_predict": 48, "temperature": 0, "cache_prompt": False}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return json.loads(r.read())
+        status, answer, _ = post(f"http://127.0.0.1:{port}/completion", body)
+        assert status == 200, answer
+        return answer
     finally:
         proc.kill()
         proc.wait()

@@ -6,12 +6,21 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from babelspec.bench.peers import _hf_generate, benchmark_prompts, drafter_spec_for, language_ngram
 from babelspec.integrations.transformers import generate_with_stats
 from babelspec.machine import describe, execution_info
 from babelspec.target import Target, load_target
+
+
+def _timed(seconds: list[float], run: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``run(*args, **kwargs)``, its wall time appended to ``seconds``."""
+    started = time.perf_counter()
+    value = run(*args, **kwargs)
+    seconds.append(time.perf_counter() - started)
+    return value
 
 
 def transformers_helper(langs: list[str], *, target: str = "gemma-3-270m", dtype: str = "float32",
@@ -27,19 +36,14 @@ def transformers_helper(langs: list[str], *, target: str = "gemma-3-270m", dtype
     for lang in langs:
         drafter_obj = language_ngram(drafter_spec_for(drafter, lang), hf_target, data_root)
         times: dict[str, list[float]] = {"plain": [], "prompt_lookup": [], "babelspec": []}
-        tokens = {key: 0 for key in times}
+        tokens = dict.fromkeys(times, 0)
         equal, proposed, accepted = True, 0, 0
-        for item in (p for p in prompts if p.lang == lang):
-            started = time.perf_counter()
-            plain = _hf_generate(model, item.ids, max_new_tokens, True, 0)
-            times["plain"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            lookup = _hf_generate(model, item.ids, max_new_tokens, True, 0, prompt_lookup_num_tokens=prompt_lookup)
-            times["prompt_lookup"].append(time.perf_counter() - started)
-            started = time.perf_counter()
-            out, result = generate_with_stats(model, [item.ids], tokenizer=tokenizer, drafter=drafter_obj,
-                                              max_new_tokens=max_new_tokens)  # fmt: skip
-            times["babelspec"].append(time.perf_counter() - started)
+        for item in (p for p in prompts if p.lang == lang):  # the three ways in turn on each prompt
+            plain = _timed(times["plain"], _hf_generate, model, item.ids, max_new_tokens, True, 0)
+            lookup = _timed(times["prompt_lookup"], _hf_generate, model, item.ids, max_new_tokens, True, 0,
+                            prompt_lookup_num_tokens=prompt_lookup)  # fmt: skip
+            out, result = _timed(times["babelspec"], generate_with_stats, model, [item.ids], tokenizer=tokenizer,
+                                 drafter=drafter_obj, max_new_tokens=max_new_tokens)  # fmt: skip
             ours = out[0, len(item.ids):].tolist()
             equal &= ours == plain
             proposed, accepted = proposed + result.proposed, accepted + result.accepted

@@ -133,8 +133,10 @@ class Glue:
 
 @lru_cache(maxsize=1)
 def glue() -> Glue | None:
-    """The built glue, or None where it cannot be built here (the torch operations then run, and the bf16 forward keeps its cache in bf16: the last bits of results
-    change; a warning says so once, and every result records it in its execution plan)."""
+    """The built glue, or None where it cannot be built here (the torch operations then run,
+    and the bf16 forward keeps its cache in bf16: the last bits of results change; a warning
+    says so once, and every result records it in its execution plan). Whether a forward uses it
+    is ``ForwardOptions.native``."""
     try:
         return Glue(build())
     except (RuntimeError, OSError) as err:
