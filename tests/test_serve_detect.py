@@ -3,10 +3,9 @@ though a few-shot translation prompt is mostly English."""
 
 import pytest
 
-from babelspec.data.langid import OutputChecker
+from babelspec.data.langid import OutputChecker, detect_language
 from babelspec.data.tasks import get_task
 from babelspec.models import load_tokenizer
-from babelspec.serve.scheduler import detect_language
 
 
 @pytest.fixture(scope="module")

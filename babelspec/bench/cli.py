@@ -380,3 +380,34 @@ def bench_transformers(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     _emit(result, output)
+
+
+@bench_app.command("vllm")
+def bench_vllm_command(
+    langs: str = typer.Option("yor,amh,npi", help="Comma-separated language codes."),
+    model: str = typer.Option("gemma-3-270m", help="A packaged preset (its bf16 conversion) or a checkpoint folder."),
+    tables: str = typer.Option("", help="babelspec's proposer tables (ngram export --format vllm); default: "
+                               "each language's trigram of its real text, built here."),
+    configs: str = typer.Option("plain,ngram,babelspec", help="vLLM configurations: plain, ngram, babelspec."),
+    prompts_per_lang: int = typer.Option(4, help="Held-out FLORES-200 prompts per language."),
+    max_new_tokens: int = typer.Option(48, help="Tokens per generation."),
+    concurrency: str = typer.Option("1,4", help="Concurrent requests, comma-separated."),
+    speculative_tokens: int = typer.Option(4, help="vLLM's num_speculative_tokens."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """vLLM plain, with its ngram prompt lookup, and with babelspec's proposer, per language (needs vLLM)."""
+    from babelspec.bench.vllm_peer import bench_vllm
+
+    try:
+        levels = tuple(_positive("--concurrency", int(c)) for c in concurrency.split(",") if c.strip())
+        result = bench_vllm(list(_langs(langs, ("yor",))), model=model, tables=tables,
+                            configs=tuple(c.strip() for c in configs.split(",") if c.strip()),
+                            prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens), concurrency=levels,
+                            speculative_tokens=_positive("--speculative-tokens", speculative_tokens),
+                            data_root=data_root)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, output)

@@ -44,9 +44,9 @@ class TreeBenchConfig:
     dtype: str = "auto"
 
 
-def real_bigram(lang: str, tokenizer: Any, root: Path) -> Any:
-    """The bigram of ``lang``'s real monolingual sets in the corpora folder ``root``, the
-    FLORES-200 test sentences the benches translate left out."""
+def real_bigram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
+    """The bigram (or n-gram of ``order``) of ``lang``'s real monolingual sets in the corpora
+    folder ``root``, the FLORES-200 test sentences the benches translate left out."""
     from babelspec.data.real import real_data
     from babelspec.data.sources import monolingual_texts, parallel_records, parse_source, without
     from babelspec.ngram import CountConfig, train
@@ -57,7 +57,7 @@ def real_bigram(lang: str, tokenizer: Any, root: Path) -> Any:
     texts = [t for s in real.monolingual for t in monolingual_texts(parse_source(s).resolve(root), lang)]
     test = [r["text"] for r in parallel_records(parse_source(real.test).resolve(root), lang)]
     texts, _ = without(list(dict.fromkeys(texts)), test)
-    return train(texts, tokenizer, CountConfig(order=2), corpus_name=f"{lang}:real")
+    return train(texts, tokenizer, CountConfig(order=order), corpus_name=f"{lang}:real")
 
 
 def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:

@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from babelspec.data.langid import detect_language
 from babelspec.drafters.base import resolve_gamma
 from babelspec.router import Router, default_router_path
 from babelspec.serve.metrics import Metrics
@@ -35,8 +36,6 @@ from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
 
 log = logging.getLogger("babelspec.serve")
 DRAFTER_CACHE_SIZE = 8  # built drafters kept for reuse (an n-gram table, a model's weights)
-MIN_LINE_CHARS = 8  # shorter lines (labels, numbers) are not classified
-MIN_SHARE = 0.1  # of the classified characters, for a language beside English to be the request's
 
 
 def is_auto(spec: str) -> bool:
@@ -106,29 +105,6 @@ def timeout_error(seconds: float) -> APIError:
     return APIError(504, f"the request took longer than the server's request timeout of {seconds:g} s; lower "
                     "max_tokens, retry later, or start the server with a larger --request-timeout",
                     type_="timeout_error", code="timeout")  # fmt: skip
-
-
-def detect_language(classifier: Any, text: str) -> str | None:
-    """The language of a request: line by line, the language other than English with the most
-    characters, if it has ``MIN_SHARE`` of them; else English.
-
-    A few-shot translation prompt is mostly English (instructions, source sentences), so the
-    whole text classifies as English for 8 of the 11 languages' translation prompts; by
-    lines, the task prompts of 10 of 11 (2 per task; haw reads as grn) come out right."""
-    if classifier is None or not text.strip():
-        return None
-    chars: dict[str, int] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if len(line) >= MIN_LINE_CHARS:
-            lang = classifier.predict(line)
-            chars[lang] = chars.get(lang, 0) + len(line)
-    if not chars:
-        return classifier.predict(text) or None
-    other = max((lang for lang in chars if lang != "eng"), key=chars.get, default=None)
-    if other is not None and chars[other] >= MIN_SHARE * sum(chars.values()):
-        return other
-    return "eng" if "eng" in chars else other
 
 
 class Scheduler:
