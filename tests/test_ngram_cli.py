@@ -116,3 +116,40 @@ def test_export_as_a_llama_cpp_static_lookup_cache_round_trips(tmp_path, tokeniz
     res = runner.invoke(app, ["ngram", "export", str(bigram), "-o", str(tmp_path / "x.lookup")])
     flat = " ".join(res.output.replace("│", " ").split())
     assert res.exit_code != 0 and "keyed by 2-token contexts" in flat and "order 3" in flat
+
+
+def test_export_for_each_engine_per_language(tmp_path, tokenizer_dir):
+    """One table per language, written for each engine: llama.cpp caches per language (a bigram
+    left out, with the reason), the vLLM proposer's tables folder (read back equal), the
+    transformers helper's files; each with the line that starts its engine."""
+    from babelspec.integrations.vllm import read_tables
+    from babelspec.ngram.llamacpp import read_llamacpp
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    files = {}
+    for name, order in (("tri", "3"), ("bi", "2")):
+        files[name] = tmp_path / f"{name}.ngram"
+        res = runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                                  "--order", order, "-o", str(files[name])])
+        assert res.exit_code == 0, res.output
+    args = [f"yor={files['tri']}", f"amh={files['bi']}"]
+
+    res = runner.invoke(app, ["ngram", "export", *args, "--format", "llama.cpp", "-o", str(tmp_path / "llama")])
+    assert res.exit_code == 0, res.output
+    assert read_llamacpp(tmp_path / "llama" / "yor.lookup") and not (tmp_path / "llama" / "amh.lookup").exists()
+    assert "amh: not exported" in res.output and "order-2 model" in res.output
+    assert f"--lookup-cache-static {tmp_path / 'llama' / 'yor.lookup'}" in res.output
+
+    res = runner.invoke(app, ["ngram", "export", *args, "--format", "vllm", "-o", str(tmp_path / "vllm")])
+    assert res.exit_code == 0, res.output
+    tables = read_tables(tmp_path / "vllm")
+    assert sorted(tables) == ["amh", "yor"] and tables["yor"].order == 3
+    assert tables["yor"].probabilities(ids("a")) == NgramModel.load(files["tri"]).probabilities(ids("a"))
+    assert "babelspec.integrations.vllm.NgramProposer" in res.output and str(tmp_path / "vllm") in res.output
+
+    res = runner.invoke(app, ["ngram", "export", *args, "--format", "transformers", "-o", str(tmp_path / "hf")])
+    assert res.exit_code == 0 and f'drafter="ngram:{tmp_path / "hf" / "yor.ngram"}"' in res.output
+
+    res = runner.invoke(app, ["ngram", "export", *args, "--format", "gguf", "-o", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "choose one of llama.cpp, vllm, transformers" in " ".join(res.output.replace("│", " ").split())

@@ -393,6 +393,7 @@ def bench_vllm_command(
     max_new_tokens: int = typer.Option(48, help="Tokens per generation."),
     concurrency: str = typer.Option("1,4", help="Concurrent requests, comma-separated."),
     speculative_tokens: int = typer.Option(4, help="vLLM's num_speculative_tokens."),
+    modes: str = typer.Option("greedy,sample", help="greedy and/or sample (top-p 0.9, T 1)."),
     data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
@@ -400,13 +401,46 @@ def bench_vllm_command(
     from babelspec.bench.vllm_peer import bench_vllm
 
     try:
-        levels = tuple(_positive("--concurrency", int(c)) for c in concurrency.split(",") if c.strip())
         result = bench_vllm(list(_langs(langs, ("yor",))), model=model, tables=tables,
                             configs=tuple(c.strip() for c in configs.split(",") if c.strip()),
                             prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
-                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens), concurrency=levels,
+                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                            concurrency=tuple(_counts("--concurrency", concurrency)), modes=_modes(modes),
                             speculative_tokens=_positive("--speculative-tokens", speculative_tokens),
                             data_root=data_root)  # fmt: skip
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, output)
+
+
+@bench_app.command("llama-server")
+def bench_llama_server_command(
+    langs: str = typer.Option("yor,amh,npi", help="Comma-separated language codes."),
+    target: str = typer.Option("gemma-3-270m", help="A packaged preset with a GGUF (llama-server loads the GGUF)."),
+    server: str = typer.Option("", help="llama-server binary (default: the one `make test-peers` puts in .venv/bin)."),
+    methods: str = typer.Option(",".join(("plain", "ngram-simple", "ngram-cache", "ngram-cache+babelspec")),
+                                help="llama-server methods compared."),
+    prompts_per_lang: int = typer.Option(4, help="Held-out FLORES-200 prompts per language."),
+    max_new_tokens: int = typer.Option(48, help="Tokens per generation."),
+    slots: str = typer.Option("1,4", help="Parallel slots (llama-server -np, babelspec --batch), comma-separated."),
+    modes: str = typer.Option("greedy,sample", help="greedy and/or sample (the paper's sampling)."),
+    babelspec_server: bool = typer.Option(True, help="Also babelspec's server, plain and with the same table."),
+    threads: int = typer.Option(2, help="Threads of either server."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
+) -> None:
+    """llama.cpp's server plain, with its n-gram types and with babelspec's cache, per language."""
+    from babelspec.bench.llama_server import bench_llama_server
+
+    try:
+        result = bench_llama_server(list(_langs(langs, ("yor",))), target=target, server=server,
+                                    prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+                                    max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                                    slots=tuple(_counts("--slots", slots)), modes=_modes(modes),
+                                    methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+                                    with_babelspec=babelspec_server, threads=_positive("--threads", threads),
+                                    data_root=data_root)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None

@@ -100,7 +100,7 @@ def model_folder(spec: str) -> str:
 
 def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "", configs: tuple[str, ...] = CONFIGS,
                prompts_per_lang: int = 4, max_new_tokens: int = 48, concurrency: tuple[int, ...] = (1, 4),
-               speculative_tokens: int = 4, modes: tuple[str, ...] = ("greedy", "sampling"), data_root: str = "",
+               speculative_tokens: int = 4, modes: tuple[str, ...] = ("greedy", "sample"), data_root: str = "",
                kv_cache_gib: float = 2.0, max_model_len: int = 1024) -> dict[str, Any]:  # fmt: skip
     """Per configuration, language, concurrency and mode: tokens/s, drafted and accepted tokens by
     vLLM's counters; ratios to plain; whether greedy outputs equal plain's."""

@@ -135,24 +135,61 @@ def distil_command(
 
 @ngram_app.command("export")
 def export_command(
-    path: Path = typer.Argument(..., help="An n-gram file (order 3 or more)."),
-    out: Path = typer.Option(..., "-o", "--out", help="The file to write."),
-    fmt: str = typer.Option("llama.cpp", "--format", help="llama.cpp: the static lookup cache of llama-lookup."),
+    tables: list[str] = typer.Argument(None, help="N-gram files, each FILE or LANG=FILE (the language: LANG, else "
+                                       "the file's training corpus, else its name)."),
+    out: Path = typer.Option(..., "-o", "--out", help="The folder to write (llama.cpp with one FILE: the file)."),
+    fmt: str = typer.Option("llama.cpp", "--format", help="llama.cpp (llama-server's static lookup cache), vllm "
+                            "(babelspec's vLLM proposer's tables) or transformers (babelspec's helper)."),
+    router: Path | None = typer.Option(None, help="Also every language whose route (router.json) drafts with an "
+                                       "n-gram file."),
 ) -> None:
-    """Write an n-gram model for another engine: llama.cpp's static lookup cache
-    (`llama-lookup --lookup-cache-static FILE`), with the target's token ids."""
-    from babelspec.ngram import NgramModel
+    """Write n-gram models as another engine's artifact, per language, and print the line that
+    starts that engine with each."""
+    from babelspec.integrations.export import FORMATS, export_tables, language_of
+    from babelspec.ngram import NgramFileError, NgramModel
     from babelspec.ngram.llamacpp import export_llamacpp
 
-    if fmt != "llama.cpp":
-        raise typer.BadParameter(f"{fmt!r}; the one format is llama.cpp", param_hint="--format")
+    if fmt not in FORMATS:
+        raise typer.BadParameter(f"{fmt!r}; choose one of {', '.join(FORMATS)}", param_hint="--format")
+    named: dict[str, Path] = {}
     try:
-        model = NgramModel.load(path)
-        sizes = export_llamacpp(model, out)
-    except ValueError as err:
-        raise typer.BadParameter(str(err), param_hint="FILE") from None
-    typer.echo(f"wrote {out}: {sizes['contexts']:,} two-token contexts, {sizes['continuations']:,} continuations, "
-               f"{_human_bytes(sizes['bytes'])}")
+        for item in tables or []:
+            lang, eq, path = item.partition("=")
+            path = Path(path if eq else item)
+            if not path.is_file():
+                raise ValueError(f"no n-gram file {str(path)!r}")
+            named[lang.strip() if eq else language_of(NgramModel.load(path), path)] = path
+        if router is not None:
+            named.update({lang: path for lang, path in _router_tables(router).items() if lang not in named})
+        if fmt == "llama.cpp" and len(tables or []) == 1 and router is None and "=" not in tables[0] \
+                and out.suffix:  # the one-file form: OUT is the cache file
+            sizes = export_llamacpp(NgramModel.load(named[next(iter(named))]), out)
+            typer.echo(f"wrote {out}: {sizes['contexts']:,} two-token contexts, {sizes['continuations']:,} "
+                       f"continuations, {_human_bytes(sizes['bytes'])}")
+            return
+        written = export_tables(named, fmt, out)
+    except (ValueError, NgramFileError) as err:
+        raise typer.BadParameter(str(err), param_hint="TABLES") from None
+    for e in written:
+        typer.echo(f"{e.lang}: wrote {e.path} ({e.detail})" if e.path else f"{e.lang}: not exported: {e.detail}")
+    for line in dict.fromkeys(e.start for e in written if e.start):
+        typer.echo(f"  start: {line}")
+
+
+def _router_tables(path: Path) -> dict[str, Path]:
+    """{language: n-gram file} of a router's routes that draft with an n-gram file: the
+    per-language route's where it has one, else the first task's."""
+    from babelspec.drafters.ngram_drafter import parse_spec
+    from babelspec.router import ANY_TASK, Router
+
+    found: dict[str, Path] = {}
+    routes = sorted(Router.load(path).routes, key=lambda r: r.task != ANY_TASK)  # per-language routes first
+    for route in routes:
+        if route.spec.startswith("ngram:") and route.language not in found:
+            found[route.language] = Path(parse_spec(route.spec.removeprefix("ngram:"))[0])
+    if not found:
+        raise ValueError(f"{path}: no per-language route drafts with an n-gram file")
+    return found
 
 
 @ngram_app.command("stats")
