@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DEMO = RESULTS / "demo_quick.json"
 BEGIN, END = "<!-- headline:begin (benchmarks/render_results.py) -->", "<!-- headline:end -->"
+ENGINES_BEGIN, ENGINES_END = "<!-- engines:begin (benchmarks/render_results.py) -->", "<!-- engines:end -->"
 
 
 def _cell(value) -> str:
@@ -117,6 +118,69 @@ def headline_table() -> str:
     ])  # fmt: skip
 
 
+def _ratio(row: dict | None) -> str:
+    if row is None:
+        return "–"
+    ratio = row.get("ratio_to_llama_plain", row.get("ratio_to_plain"))
+    acc = row.get("acceptance")
+    return f"{ratio:.2f}×" + (f" ({row['accepted']}/{row['drafted']})" if acc is not None else "")
+
+
+def engines_tables() -> str:
+    """Per language, each engine's methods against its plain decoding: llama-server's and vLLM's
+    results files as compact tables (the full rows are in benchmark-results.md)."""
+    out = []
+    path = RESULTS / "llama_server.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        methods = list(dict.fromkeys((r["engine"], r["method"]) for r in data["rows"]))
+        index = {(r["lang"], r["slots"], r["mode"], r["engine"], r["method"]): r for r in data["rows"]}
+        langs = list(dict.fromkeys(r["lang"] for r in data["rows"]))
+        out += [f"**llama-server** (`{Path(data['server']).name}`, {data['threads']} threads, "
+                f"{data['llama_server_model']}; babelspec's server on {data['babelspec_model']}), "
+                f"{data['prompts_per_lang']} held-out FLORES-200 prompts per language, {data['max_new_tokens']} "
+                f"new tokens, on {data['machine']}. Tokens/s of llama-server plain; every other column is "
+                "tokens/s over llama-server plain in the same slots and mode (accepted/drafted tokens by each "
+                "server's own counters).", ""]  # fmt: skip
+        for slots in data["slots"]:
+            for mode in ("greedy", "sample"):
+                if not any(k[1] == slots and k[2] == mode for k in index):
+                    continue
+                head = ["language", "llama plain tok/s"] + [f"{e} {m}" for e, m in methods if (e, m) != ("llama-server", "plain")]
+                out += [f"{slots} slot{'s' if slots > 1 else ''}, {mode}:", "", "| " + " | ".join(head) + " |",
+                        "|---" * len(head) + "|"]  # fmt: skip
+                for lang in langs:
+                    plain = index.get((lang, slots, mode, "llama-server", "plain"))
+                    cells = [lang, f"{plain['tokens_per_s']:.1f}" if plain else "–"]
+                    cells += [_ratio(index.get((lang, slots, mode, e, m)))
+                              for e, m in methods if (e, m) != ("llama-server", "plain")]  # fmt: skip
+                    out.append("| " + " | ".join(cells) + " |")
+                out.append("")
+    path = RESULTS / "vllm_proposer.json"
+    if path.exists():
+        data = json.loads(path.read_text())
+        index = {(r["lang"], r["concurrency"], r["mode"], r["config"]): r for r in data["rows"]}
+        langs = list(dict.fromkeys(r["lang"] for r in data["rows"]))
+        configs = list(dict.fromkeys(r["config"] for r in data["rows"] if r["config"] != "plain"))
+        out += [f"**vLLM** {data['vllm']} (CPU build, {data['dtype']}, {data['speculative_tokens']} speculative "
+                f"tokens), {data['prompts_per_lang']} held-out FLORES-200 prompts per language, "
+                f"{data['max_new_tokens']} new tokens, on {data['machine']}. Tokens/s of vLLM plain; the others "
+                "over it (accepted/drafted tokens by vLLM's counters). Sampling: " + data["sampling"] + ".", ""]  # fmt: skip
+        for c in sorted({k[1] for k in index}):
+            for mode in ("greedy", "sample", "sampling"):
+                if not any(k[1] == c and k[2] == mode for k in index):
+                    continue
+                head = ["language", "plain tok/s"] + [f"vLLM {x}" if x == "ngram" else x for x in configs]
+                out += [f"{c} concurrent, {mode}:", "", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+                for lang in langs:
+                    plain = index.get((lang, c, mode, "plain"))
+                    cells = [lang, f"{plain['tokens_per_s']:.1f}" if plain else "–"]
+                    cells += [_ratio(index.get((lang, c, mode, x))) for x in configs]
+                    out.append("| " + " | ".join(cells) + " |")
+                out.append("")
+    return "\n".join(out).rstrip()
+
+
 def keep_demo(run: Path) -> None:
     a = json.loads((run / "analysis.json").read_text())
     DEMO.write_text(json.dumps({
@@ -140,6 +204,11 @@ def main() -> None:
     block = f"{BEGIN}\n{headline_table()}\n{END}"
     text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
     readme.write_text(text)
+    engines = ROOT / "docs" / "engines.md"
+    text = engines.read_text()
+    block = f"{ENGINES_BEGIN}\n{engines_tables()}\n{ENGINES_END}"
+    engines.write_text(re.sub(re.escape(ENGINES_BEGIN) + r".*?" + re.escape(ENGINES_END), lambda _: block, text,
+                              flags=re.S))  # fmt: skip
 
 
 if __name__ == "__main__":

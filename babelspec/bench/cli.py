@@ -394,6 +394,7 @@ def bench_vllm_command(
     concurrency: str = typer.Option("1,4", help="Concurrent requests, comma-separated."),
     speculative_tokens: int = typer.Option(4, help="vLLM's num_speculative_tokens."),
     modes: str = typer.Option("greedy,sample", help="greedy and/or sample (top-p 0.9, T 1)."),
+    proposer_options: str = typer.Option("", help="babelspec's proposer options, e.g. threshold=0.2,min_backoff=1."),
     data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
@@ -406,6 +407,7 @@ def bench_vllm_command(
                             prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                             max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
                             concurrency=tuple(_counts("--concurrency", concurrency)), modes=_modes(modes),
+                            proposer_options=dict(o.split("=", 1) for o in proposer_options.split(",") if "=" in o),
                             speculative_tokens=_positive("--speculative-tokens", speculative_tokens),
                             data_root=data_root)  # fmt: skip
     except (ValueError, FileNotFoundError) as err:

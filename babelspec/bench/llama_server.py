@@ -109,8 +109,11 @@ def _llama_cell(port: int, prompts: list[list[int]], slots: int, greedy: bool, n
     tokens = sum(a["timings"]["predicted_n"] for a in answers)
     drafted = sum(a["timings"].get("draft_n", 0) for a in answers)
     accepted = sum(a["timings"].get("draft_n_accepted", 0) for a in answers)
+    decode_s = sum(a["timings"]["predicted_ms"] for a in answers) / 1000
     return {"tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall, "drafted": drafted, "accepted": accepted,
-            "acceptance": accepted / drafted if drafted else None, "texts": [a["content"] for a in answers]}  # fmt: skip
+            "acceptance": accepted / drafted if drafted else None, "texts": [a["content"] for a in answers],
+            "prefill_s": sum(a["timings"]["prompt_ms"] for a in answers) / 1000,  # by its own timings
+            "decode_tokens_per_s": tokens / decode_s if decode_s else None}  # fmt: skip
 
 
 def _babelspec_cell(port: int, target: str, drafter: str, lang: str, prompts: list[list[int]], slots: int,

@@ -101,7 +101,8 @@ def model_folder(spec: str) -> str:
 def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "", configs: tuple[str, ...] = CONFIGS,
                prompts_per_lang: int = 4, max_new_tokens: int = 48, concurrency: tuple[int, ...] = (1, 4),
                speculative_tokens: int = 4, modes: tuple[str, ...] = ("greedy", "sample"), data_root: str = "",
-               kv_cache_gib: float = 2.0, max_model_len: int = 1024) -> dict[str, Any]:  # fmt: skip
+               kv_cache_gib: float = 2.0, max_model_len: int = 1024,
+               proposer_options: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Per configuration, language, concurrency and mode: tokens/s, drafted and accepted tokens by
     vLLM's counters; ratios to plain; whether greedy outputs equal plain's."""
     try:
@@ -133,7 +134,8 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
             llm = LLM(model=model, dtype="bfloat16", max_model_len=max_model_len, enforce_eager=True,
                       disable_log_stats=False, kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
                       speculative_config=speculative_config(name, speculative_tokens),
-                      additional_config={"babelspec": {"tables": tables}} if name == "babelspec" else {})  # fmt: skip
+                      additional_config={"babelspec": {"tables": tables, **(proposer_options or {})}}
+                      if name == "babelspec" else {})  # fmt: skip
             try:
                 _run(llm, [items[0].ids], 1, True, 4)  # warm-up, outside the timing
                 for lang in langs:
@@ -162,4 +164,5 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
             "speculative_tokens": speculative_tokens, "prompts_per_lang": prompts_per_lang,
             "max_new_tokens": max_new_tokens, "sampling": "greedy; top-p 0.9, T 1, seeded per prompt (top-k fails in vLLM 0.32 CPU under speculation)",
             "tables": "each language's real monolingual text, trigram" if "babelspec" in configs else None,
+            "proposer_options": proposer_options or {},
             "detected": detected, "machine": cpu_model(), "rows": rows}  # fmt: skip

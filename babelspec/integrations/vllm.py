@@ -10,7 +10,8 @@ llm = LLM(model=PATH, speculative_config={"method": "custom_class", "num_specula
 ``tables`` is a folder that ``babelspec ngram export --format vllm`` writes: ``manifest.json`` and
 one babelspec n-gram file per language, counted with the served model's tokenizer (checked at
 load). Further keys of ``additional_config["babelspec"]``: ``lang`` drafts every request in one
-language (a server per language); ``lookup`` (default 3) is the longest prompt-lookup match.
+language (a server per language); ``lookup``, ``lookup_min``, ``threshold``, ``min_backoff`` are
+babelspec's n-gram drafting options (``NgramDraftConfig``; defaults as in babelspec's engine).
 
 vLLM hands a proposer token ids only, never the request, so a language named in the request
 cannot reach it. Without ``lang`` the proposer runs babelspec's language identifier (the
@@ -45,6 +46,10 @@ MANIFEST = "manifest.json"
 FORMAT = "babelspec-vllm-tables"
 DETECT_TOKENS = 512  # of a request's text, read by the language identifier
 DETECT_CACHE = 1024  # detections kept, keyed by those tokens
+# babelspec's n-gram drafting options the proposer takes (NgramDraftConfig): the longest and
+# shortest prompt-lookup match, the confidence below which a chain stops, the shortest context
+# backed off to (1: never draft from the unigram)
+DRAFT_OPTIONS = ("lookup", "lookup_min", "threshold", "min_backoff")
 
 
 def write_tables(models: dict[str, NgramModel], folder: str | os.PathLike) -> Path:
@@ -86,15 +91,17 @@ class NgramProposer:
         if "tables" not in options:
             raise ValueError('babelspec\'s vLLM proposer needs its tables: additional_config={"babelspec": '
                              '{"tables": FOLDER}} (written by `babelspec ngram export --format vllm`)')  # fmt: skip
-        unknown = set(options) - {"tables", "lang", "lookup"}
+        unknown = set(options) - {"tables", "lang", *DRAFT_OPTIONS}
         if unknown:
-            raise ValueError(f"unknown babelspec proposer options {sorted(unknown)}; known: tables, lang, lookup")
+            raise ValueError(f"unknown babelspec proposer options {sorted(unknown)}; known: tables, lang, "
+                             + ", ".join(DRAFT_OPTIONS))  # fmt: skip
         self.k = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.tokenizer = AutoTokenizer.from_pretrained(vllm_config.model_config.tokenizer)
         fingerprint = tokenizer_fingerprint(self.tokenizer)
         tables = read_tables(options["tables"])
-        config = NgramDraftConfig(mode="top1", tree=0, lookup=int(options.get("lookup", 3)))
+        drafting = {k: str(v) for k, v in options.items() if k in DRAFT_OPTIONS}
+        config = NgramDraftConfig.from_options({**drafting, "mode": "top1", "tree": "0"})
         vocab = len(self.tokenizer)
         self.drafters: dict[str, NgramDrafter] = {}
         for lang, table in tables.items():
