@@ -143,8 +143,10 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
                     for c in concurrency:
                         for mode in modes:
                             runs[f"{name}/{lang}/{c}/{mode}"] = _run(llm, prompts, c, mode == "greedy", max_new_tokens)
-            finally:
-                llm.llm_engine.engine_core.shutdown() if hasattr(llm.llm_engine, "engine_core") else None
+            finally:  # the engine's process goes before the next configuration's starts
+                core = getattr(llm.llm_engine, "engine_core", None)
+                if core is not None:
+                    core.shutdown()
                 del llm
     rows = []
     for lang in langs:

@@ -11,7 +11,8 @@ llm = LLM(model=PATH, speculative_config={"method": "custom_class", "num_specula
 one babelspec n-gram file per language, counted with the served model's tokenizer (checked at
 load). Further keys of ``additional_config["babelspec"]``: ``lang`` drafts every request in one
 language (a server per language); ``lookup``, ``lookup_min``, ``threshold``, ``min_backoff`` are
-babelspec's n-gram drafting options (``NgramDraftConfig``; defaults as in babelspec's engine).
+babelspec's n-gram drafting options (``NgramDraftConfig``; ``DRAFT_DEFAULTS`` below, else
+babelspec's engine's).
 
 vLLM hands a proposer token ids only, never the request, so a language named in the request
 cannot reach it. Without ``lang`` the proposer runs babelspec's language identifier (the
@@ -50,6 +51,13 @@ DETECT_CACHE = 1024  # detections kept, keyed by those tokens
 # shortest prompt-lookup match, the confidence below which a chain stops, the shortest context
 # backed off to (1: never draft from the unigram)
 DRAFT_OPTIONS = ("lookup", "lookup_min", "threshold", "min_backoff")
+# The proposer's defaults: draft only while the context's most likely continuation has half the
+# row's mass, and never from the unigram. vLLM's verification of a block is not flat on a CPU, so
+# a draft must be likely to pay: on amh, npi, yor (`bench vllm --langs amh,npi,yor --configs
+# plain,babelspec --proposer-options threshold=0.5,min_backoff=1`, beside the full run without
+# them) 1.33-2.00x vLLM plain greedy against 1.15-1.98x, and 0.79-0.83x under sampling against
+# 0.45-0.50x.
+DRAFT_DEFAULTS = {"threshold": "0.5", "min_backoff": "1"}
 
 
 def write_tables(models: dict[str, NgramModel], folder: str | os.PathLike) -> Path:
@@ -101,7 +109,7 @@ class NgramProposer:
         fingerprint = tokenizer_fingerprint(self.tokenizer)
         tables = read_tables(options["tables"])
         drafting = {k: str(v) for k, v in options.items() if k in DRAFT_OPTIONS}
-        config = NgramDraftConfig.from_options({**drafting, "mode": "top1", "tree": "0"})
+        config = NgramDraftConfig.from_options({**DRAFT_DEFAULTS, **drafting, "mode": "top1", "tree": "0"})
         vocab = len(self.tokenizer)
         self.drafters: dict[str, NgramDrafter] = {}
         for lang, table in tables.items():
