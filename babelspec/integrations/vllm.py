@@ -53,10 +53,8 @@ DETECT_CACHE = 1024  # detections kept, keyed by those tokens
 DRAFT_OPTIONS = ("lookup", "lookup_min", "threshold", "min_backoff")
 # The proposer's defaults: draft only while the context's most likely continuation has half the
 # row's mass, and never from the unigram. vLLM's verification of a block is not flat on a CPU, so
-# a draft must be likely to pay: on amh, npi, yor (`bench vllm --langs amh,npi,yor --configs
-# plain,babelspec --proposer-options threshold=0.5,min_backoff=1`, beside the full run without
-# them) 1.33-2.00x vLLM plain greedy against 1.15-1.98x, and 0.79-0.83x under sampling against
-# 0.45-0.50x.
+# a draft must be likely to pay. `bench vllm` on 9 languages (docs/engines.md): with them 1.37-2.31x
+# vLLM plain greedy and 0.72-0.84x sampled; drafting at every step, 1.10-2.13x and 0.45-0.62x.
 DRAFT_DEFAULTS = {"threshold": "0.5", "min_backoff": "1"}
 
 
