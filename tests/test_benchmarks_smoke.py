@@ -50,6 +50,10 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     shutil.copytree(ROOT / "benchmarks", copy / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
     (copy / "docs").mkdir()
     shutil.copy(ROOT / "README.md", copy / "README.md")
+    engines = (ROOT / "docs" / "engines.md").read_text()
+    begin, end = "<!-- engines:begin (benchmarks/render_results.py) -->", "<!-- engines:end -->"
+    stale = engines[: engines.index(begin) + len(begin)] + "\n" + engines[engines.index(end) :]
+    (copy / "docs" / "engines.md").write_text(stale)  # the tables left out: rendering fills them in
     proc = subprocess.run([sys.executable, str(copy / "benchmarks" / "render_results.py")], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -57,6 +61,7 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     assert all(f"## {p.stem}\n" in tables for p in (ROOT / "benchmarks" / "results").glob("*.json"))
     assert (copy / "README.md").read_text() == (ROOT / "README.md").read_text()  # the README is up to date
     assert tables == (ROOT / "docs" / "benchmark-results.md").read_text()  # and so are the tables
+    assert (copy / "docs" / "engines.md").read_text() == engines and "| yor |" in engines  # and the engines' tables
 
 
 def test_w8a8_target_runs(model, tmp_path):

@@ -25,7 +25,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +133,37 @@ def _babelspec_cell(port: int, target: str, drafter: str, lang: str, prompts: li
             "acceptance": accepted / drafted if drafted else None, "texts": [a["choices"][0]["text"] for a in answers]}  # fmt: skip
 
 
+@contextmanager
+def _serving(cmd: list[str], what: str) -> Iterator[int]:
+    """A server started from ``cmd`` plus ``--port P`` on a free port, stopped after; its port."""
+    port = _free_port()
+    proc = start([*cmd, "--port", str(port)], port, what)
+    try:
+        yield port
+    finally:
+        stop(proc)
+
+
+def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str], slots: tuple[int, ...],
+                    modes: tuple[str, ...], threads: int, max_new_tokens: int) -> dict[tuple, dict[str, Any]]:  # fmt: skip
+    """babelspec's server (batching ``max(slots)`` requests), plain and with each language's table."""
+    cells = {}
+    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--threads", str(threads),
+           "--batch", str(max(slots)), "--queue-size", str(2 * max(slots)), "--drafter", "none"]  # fmt: skip
+    for lang in langs:
+        cmd += ["--drafter", f"ngram:{folder / lang}.ngram"]
+    with _serving(cmd, "babelspec serve") as port:
+        _babelspec_cell(port, target, "none", langs[0], [items[0].ids], 1, True, 2)  # warm-up
+        for lang in langs:
+            prompts = [item.ids for item in items if item.lang == lang]
+            for s in slots:
+                for name, drafter in (("plain", "none"), ("ngram", f"ngram:{folder / lang}.ngram")):
+                    for mode in modes:
+                        cells[("babelspec/" + name, lang, s, mode)] = _babelspec_cell(
+                            port, target, drafter, lang, prompts, s, mode == "greedy", max_new_tokens)
+    return cells
+
+
 def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server: str = "",
                        prompts_per_lang: int = 4, max_new_tokens: int = 48, slots: tuple[int, ...] = (1, 4),
                        modes: tuple[str, ...] = ("greedy", "sample"), methods: tuple[str, ...] = METHODS,
@@ -168,35 +201,14 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
             order = list(methods[li % len(methods) :] + methods[: li % len(methods)])
             for s in slots:
                 for method in order:
-                    port = _free_port()
-                    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", str(threads),
-                           "-c", str(1024 * s), "-np", str(s), *llama_server_args(method, folder / f"{lang}.lookup")]  # fmt: skip
-                    proc = start(cmd, port, "llama-server")
-                    try:
+                    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-t", str(threads), "-c",
+                           str(1024 * s), "-np", str(s), *llama_server_args(method, folder / f"{lang}.lookup")]  # fmt: skip
+                    with _serving(cmd, "llama-server") as port:
                         for mode in modes:
                             cells[("llama-server/" + method, lang, s, mode)] = _llama_cell(
                                 port, prompts, s, mode == "greedy", max_new_tokens)
-                    finally:
-                        stop(proc)
         if with_babelspec:
-            port = _free_port()
-            drafters = ["none"] + [f"ngram:{folder / lang}.ngram" for lang in langs]
-            cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port),
-                   "--threads", str(threads), "--batch", str(max(slots)), "--queue-size", str(2 * max(slots))]  # fmt: skip
-            for d in drafters:
-                cmd += ["--drafter", d]
-            proc = start(cmd, port, "babelspec serve")
-            try:
-                _babelspec_cell(port, target, "none", langs[0], [items[0].ids], 1, True, 2)  # warm-up
-                for lang in langs:
-                    prompts = [item.ids for item in items if item.lang == lang]
-                    for s in slots:
-                        for name, drafter in (("plain", "none"), ("ngram", f"ngram:{folder / lang}.ngram")):
-                            for mode in modes:
-                                cells[("babelspec/" + name, lang, s, mode)] = _babelspec_cell(
-                                    port, target, drafter, lang, prompts, s, mode == "greedy", max_new_tokens)
-            finally:
-                stop(proc)
+            cells.update(_babelspec_runs(target, folder, items, langs, slots, modes, threads, max_new_tokens))
     rows = []
     for (engine_method, lang, s, mode), cell in cells.items():
         engine, method = engine_method.split("/", 1)
