@@ -223,7 +223,8 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
         if mode == "greedy" and own_plain:
             row["greedy_equal_to_own_plain"] = cell["texts"] == own_plain["texts"]
         rows.append(row)
-    return {"bench": "llama-server", "target": target, "server": str(binary), "threads": threads,
+    return {"bench": "llama-server", "target": target, "server": server or ".venv/bin/llama-server",
+            "threads": threads,
             "prompts_per_lang": prompts_per_lang, "max_new_tokens": max_new_tokens, "slots": list(slots),
             "sampling": "greedy; the paper's (top-k 100, top-p 0.9, penalty 1.1 over 16 tokens, T 1), seeded per prompt",
             "llama_server_model": "Q4_K_M GGUF", "babelspec_model": "its bf16 conversion",

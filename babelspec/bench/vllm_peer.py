@@ -119,8 +119,8 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
 
     for name in configs:
         speculative_config(name, speculative_tokens)  # a bad name fails before any engine starts
-    model = model_folder(model)
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    folder = model_folder(model)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
     items = benchmark_prompts(tokenizer, langs, prompts_per_lang, "flores", data_root=data_root)
     with tempfile.TemporaryDirectory(prefix="babelspec-vllm-") as tmp:
         if "babelspec" in configs and not tables:
@@ -131,7 +131,7 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
             detected[item.lang].append(detect_language(classifier, tokenizer.decode(item.ids[:512])))
         runs: dict[str, dict[str, Any]] = {}
         for name in configs:
-            llm = LLM(model=model, dtype="bfloat16", max_model_len=max_model_len, enforce_eager=True,
+            llm = LLM(model=folder, dtype="bfloat16", max_model_len=max_model_len, enforce_eager=True,
                       disable_log_stats=False, kv_cache_memory_bytes=int(kv_cache_gib * 2**30),
                       speculative_config=speculative_config(name, speculative_tokens),
                       additional_config={"babelspec": {"tables": tables, **(proposer_options or {})}}
