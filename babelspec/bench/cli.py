@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import typer
 
@@ -16,6 +18,17 @@ def _emit(result: dict, output: str | None) -> None:
     from babelspec.fileio import emit_json
 
     emit_json(result, output)
+
+
+def _run(output: str | None, bench: Callable[..., dict], *args: Any, **kwargs: Any) -> None:
+    """Run a bench and emit its JSON; what it cannot run (a bad value, a missing file or
+    program) is one line on stderr and exit status 2."""
+    try:
+        result = bench(*args, **kwargs)
+    except (ValueError, FileNotFoundError) as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    _emit(result, output)
 
 
 @bench_app.command("engine")
@@ -371,15 +384,10 @@ def bench_transformers(
     """transformers' generate (plain, prompt lookup) against babelspec's drafter inside it, greedy."""
     from babelspec.bench.transformers_helper import transformers_helper
 
-    try:
-        result = transformers_helper(list(_langs(langs, ("yor",))), target=target, dtype=dtype, drafter=drafter,
-                                     prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
-                                     max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                                     prompt_lookup=prompt_lookup, task=task, data_root=data_root)  # fmt: skip
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    _emit(result, output)
+    _run(output, transformers_helper, list(_langs(langs, ("yor",))), target=target, dtype=dtype, drafter=drafter,
+         prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+         max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+         prompt_lookup=prompt_lookup, task=task, data_root=data_root)  # fmt: skip
 
 
 @bench_app.command("vllm")
@@ -401,19 +409,14 @@ def bench_vllm_command(
     """vLLM plain, with its ngram prompt lookup, and with babelspec's proposer, per language (needs vLLM)."""
     from babelspec.bench.vllm_peer import bench_vllm
 
-    try:
-        result = bench_vllm(list(_langs(langs, ("yor",))), model=model, tables=tables,
-                            configs=tuple(c.strip() for c in configs.split(",") if c.strip()),
-                            prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
-                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                            concurrency=tuple(_counts("--concurrency", concurrency)), modes=_modes(modes),
-                            proposer_options=dict(o.split("=", 1) for o in proposer_options.split(",") if "=" in o),
-                            speculative_tokens=_positive("--speculative-tokens", speculative_tokens),
-                            data_root=data_root)  # fmt: skip
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    _emit(result, output)
+    _run(output, bench_vllm, list(_langs(langs, ("yor",))), model=model, tables=tables,
+         configs=tuple(c.strip() for c in configs.split(",") if c.strip()),
+         prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+         max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+         concurrency=tuple(_counts("--concurrency", concurrency)), modes=_modes(modes),
+         proposer_options=dict(o.split("=", 1) for o in proposer_options.split(",") if "=" in o),
+         speculative_tokens=_positive("--speculative-tokens", speculative_tokens),
+         data_root=data_root)  # fmt: skip
 
 
 @bench_app.command("llama-server")
@@ -435,15 +438,10 @@ def bench_llama_server_command(
     """llama.cpp's server plain, with its n-gram types and with babelspec's cache, per language."""
     from babelspec.bench.llama_server import bench_llama_server
 
-    try:
-        result = bench_llama_server(list(_langs(langs, ("yor",))), target=target, server=server,
-                                    prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
-                                    max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                                    slots=tuple(_counts("--slots", slots)), modes=_modes(modes),
-                                    methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
-                                    with_babelspec=babelspec_server, threads=_positive("--threads", threads),
-                                    data_root=data_root)  # fmt: skip
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    _emit(result, output)
+    _run(output, bench_llama_server, list(_langs(langs, ("yor",))), target=target, server=server,
+         prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
+         max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+         slots=tuple(_counts("--slots", slots)), modes=_modes(modes),
+         methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
+         with_babelspec=babelspec_server, threads=_positive("--threads", threads),
+         data_root=data_root)  # fmt: skip
