@@ -19,17 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from babelspec.bench.processes import serving
 
 METHODS = ("plain", "ngram-simple", "ngram-cache", "ngram-cache+babelspec")
 PAPER_SAMPLING = {"temperature": 1.0, "top_k": 100, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -41,42 +39,10 @@ def default_server() -> Path:
     return Path(sys.prefix) / "bin" / "llama-server"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=600) as response:
         return json.loads(response.read())
-
-
-def start(cmd: list[str], port: int, what: str, timeout: float = 600) -> subprocess.Popen:
-    """Start a server process and wait for its ``/health``; a clear error if it exits first."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.3)
-    proc.kill()
-    raise TimeoutError(f"{what} did not start within {timeout:g} s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def llama_server_args(method: str, static: Path | None) -> list[str]:
@@ -133,17 +99,6 @@ def _babelspec_cell(port: int, target: str, drafter: str, lang: str, prompts: li
             "acceptance": accepted / drafted if drafted else None, "texts": [a["choices"][0]["text"] for a in answers]}  # fmt: skip
 
 
-@contextmanager
-def _serving(cmd: list[str], what: str) -> Iterator[int]:
-    """A server started from ``cmd`` plus ``--port P`` on a free port, stopped after; its port."""
-    port = _free_port()
-    proc = start([*cmd, "--port", str(port)], port, what)
-    try:
-        yield port
-    finally:
-        stop(proc)
-
-
 def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str], slots: tuple[int, ...],
                     modes: tuple[str, ...], threads: int, max_new_tokens: int) -> dict[tuple, dict[str, Any]]:  # fmt: skip
     """babelspec's server (batching ``max(slots)`` requests), plain and with each language's table."""
@@ -152,7 +107,7 @@ def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str
            "--batch", str(max(slots)), "--queue-size", str(2 * max(slots)), "--drafter", "none"]  # fmt: skip
     for lang in langs:
         cmd += ["--drafter", f"ngram:{folder / lang}.ngram"]
-    with _serving(cmd, "babelspec serve") as port:
+    with serving(cmd, "babelspec serve") as port:
         _babelspec_cell(port, target, "none", langs[0], [items[0].ids], 1, True, 2)  # warm-up
         for lang in langs:
             prompts = [item.ids for item in items if item.lang == lang]
@@ -203,7 +158,7 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
                 for method in order:
                     cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-t", str(threads), "-c",
                            str(1024 * s), "-np", str(s), *llama_server_args(method, folder / f"{lang}.lookup")]  # fmt: skip
-                    with _serving(cmd, "llama-server") as port:
+                    with serving(cmd, "llama-server") as port:
                         for mode in modes:
                             cells[("llama-server/" + method, lang, s, mode)] = _llama_cell(
                                 port, prompts, s, mode == "greedy", max_new_tokens)

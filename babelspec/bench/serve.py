@@ -12,21 +12,15 @@ answers can be compared across cells: a batched request must answer as it does a
 from __future__ import annotations
 
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
+from babelspec.bench.processes import free_port, start, stop
+
 ROUNDS = 2
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -49,18 +43,7 @@ def _start(target: str, drafters: list[str], router: str | None, port: int, queu
            str(queue), "--threads", str(threads), "--batch", str(batch)] + (["--router", router] if router else [])  # fmt: skip
     for spec in drafters:  # the server offers exactly the drafters compared, each named by its spec
         cmd += ["--drafter", spec]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode}: {proc.stderr.read()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5):
-                return proc
-        except OSError:
-            time.sleep(0.5)
-    proc.kill()
-    raise TimeoutError("the server did not start within 600 s")
+    return start(cmd, port, "the server")
 
 
 def _cell_entry(b: int, c: int, d: str, rec: list[dict], wall: float, reference: dict[int, str],
@@ -114,7 +97,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     per_round = max(1, requests // ROUNDS)
     try:
         for b in batches:
-            p = (port + len(servers)) if port else _free_port()
+            p = (port + len(servers)) if port else free_port()
             proc = _start(target, drafters, router, p, queue=2 * max(client_counts), threads=threads, batch=b)
             servers[b] = (proc, openai.OpenAI(base_url=f"http://127.0.0.1:{p}/v1", api_key="unused",
                                               max_retries=0, timeout=3600))  # fmt: skip
@@ -131,8 +114,7 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
                     walls[(b, c, d)] += time.perf_counter() - started
     finally:
         for proc, _ in servers.values():
-            proc.terminate()
-            proc.wait(30)
+            stop(proc)
     figures: dict = {
         "target": target, "requests_per_cell": per_round * ROUNDS, "max_tokens": max_tokens,
         "languages": langs, "server_threads": threads or "torch default", "batches": batches,
