@@ -127,7 +127,7 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
     to llama-server plain (and, for babelspec's server, to its own plain decoding)."""
     from babelspec.bench.llamacpp import gguf_for
     from babelspec.bench.peers import benchmark_prompts
-    from babelspec.bench.tree import real_bigram, real_root
+    from babelspec.bench.tree import real_ngram, real_root
     from babelspec.machine import cpu_model
     from babelspec.models import load_tokenizer
     from babelspec.ngram.llamacpp import export_llamacpp
@@ -147,7 +147,7 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
         folder = Path(tmp)
         gguf = gguf_for(target, folder)
         for lang in langs:
-            table = real_bigram(lang, tokenizer, root, order=3)
+            table = real_ngram(lang, tokenizer, root, order=3)
             table.save(folder / f"{lang}.ngram")
             sizes[lang] = {"training_tokens": int(table.training.get("tokens", 0)),
                            **export_llamacpp(table, folder / f"{lang}.lookup")}  # fmt: skip

@@ -76,9 +76,9 @@ def language_ngram(spec: str, target: Any, data_root: str = "") -> Any:
     kind, _, lang = name.partition("@")
     config = NgramDraftConfig.from_options(options)
     if kind == "real-bigram":
-        from babelspec.bench.tree import real_bigram, real_root
+        from babelspec.bench.tree import real_ngram, real_root
 
-        model = real_bigram(lang, target.tokenizer, real_root("peers with real-bigram@", data_root))
+        model = real_ngram(lang, target.tokenizer, real_root("peers with real-bigram@", data_root))
     elif kind == "bigram":
         model = train(monolingual(lang, "train"), target.tokenizer, CountConfig(order=2))
     else:  # distilled for the sampled runs' warping (greedy runs draft its top continuation)

@@ -44,7 +44,7 @@ class TreeBenchConfig:
     dtype: str = "auto"
 
 
-def real_bigram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
+def real_ngram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
     """The bigram (or n-gram of ``order``) of ``lang``'s real monolingual sets in the corpora
     folder ``root``, the FLORES-200 test sentences the benches translate left out."""
     from babelspec.data.real import real_data
@@ -62,7 +62,7 @@ def real_bigram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
 
 def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:
     path = folder / f"{lang}.ngram"
-    real_bigram(lang, tokenizer, root).save(path)
+    real_ngram(lang, tokenizer, root).save(path)
     return path
 
 

@@ -74,11 +74,11 @@ def _run(llm: Any, prompts: list[list[int]], concurrency: int, greedy: bool, max
 def write_language_tables(langs: list[str], tokenizer: Any, folder: Path, data_root: str = "", order: int = 3) -> Path:
     """The proposer's tables: each language's n-gram of ``order`` over its real monolingual
     sets, the FLORES-200 test sentences the bench translates left out."""
-    from babelspec.bench.tree import real_bigram, real_root
+    from babelspec.bench.tree import real_ngram, real_root
     from babelspec.integrations.vllm import write_tables
 
     root = real_root("vllm", data_root)
-    write_tables({lang: real_bigram(lang, tokenizer, root, order=order) for lang in langs}, folder)
+    write_tables({lang: real_ngram(lang, tokenizer, root, order=order) for lang in langs}, folder)
     return folder
 
 
