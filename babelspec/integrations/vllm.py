@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ import torch
 
 from babelspec.data.langid import OutputChecker, detect_language
 from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
+from babelspec.fileio import write_text_atomic
 from babelspec.ngram import NgramModel
 from babelspec.sampling import SamplingConfig
 
@@ -68,7 +69,7 @@ def write_tables(models: dict[str, NgramModel], folder: str | os.PathLike) -> Pa
         model.save(folder / f"{lang}.ngram")
         files[lang] = f"{lang}.ngram"
     manifest = {"format": FORMAT, "version": 1, "languages": files}
-    (folder / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return folder / MANIFEST
 
 
@@ -117,25 +118,19 @@ class NgramProposer:
         if self.lang is not None and self.lang not in self.drafters:
             raise ValueError(f"lang {self.lang!r} has no table in {options['tables']}; it has {sorted(self.drafters)}")
         self.detector = None if self.lang else OutputChecker.from_corpora(list(self.drafters), use_langid=False).classifier
-        self._detected: OrderedDict[bytes, str | None] = OrderedDict()
+        self._detect = lru_cache(maxsize=DETECT_CACHE)(self._detect_head)  # keyed by the head's bytes
         self._sampling = SamplingConfig(greedy=True)
         self._generator = torch.Generator().manual_seed(0)
-        self.drafted_by_lang: dict[str | None, int] = {}  # tokens drafted, per detected language
 
     def language(self, ids: np.ndarray) -> str | None:
         """The language of a request from its first ``DETECT_TOKENS`` token ids."""
         if self.lang is not None:
             return self.lang
-        head = np.ascontiguousarray(ids[:DETECT_TOKENS], dtype=np.int64)
-        key = head.tobytes()
-        if key in self._detected:
-            self._detected.move_to_end(key)
-            return self._detected[key]
-        lang = detect_language(self.detector, self.tokenizer.decode(head.tolist(), skip_special_tokens=True))
-        self._detected[key] = lang
-        if len(self._detected) > DETECT_CACHE:
-            self._detected.popitem(last=False)
-        return lang
+        return self._detect(np.ascontiguousarray(ids[:DETECT_TOKENS], dtype=np.int64).tobytes())
+
+    def _detect_head(self, head: bytes) -> str | None:
+        text = self.tokenizer.decode(np.frombuffer(head, dtype=np.int64).tolist(), skip_special_tokens=True)
+        return detect_language(self.detector, text)
 
     def draft(self, ids: np.ndarray, k: int) -> list[int]:
         """The chain of up to ``k`` tokens after ``ids`` (one request's tokens so far)."""
@@ -144,9 +139,7 @@ class NgramProposer:
         if drafter is None:
             return []
         drafter.start(ids.tolist(), self._sampling, self._generator)
-        tokens = drafter.propose(k).tokens.tolist()
-        self.drafted_by_lang[lang] = self.drafted_by_lang.get(lang, 0) + len(tokens)
-        return tokens
+        return drafter.propose(k).tokens.tolist()
 
     def propose(self, sampled_token_ids: list[list[int]], num_tokens_no_spec: np.ndarray, token_ids_cpu: np.ndarray,
                 slot_mappings: Any = None) -> list[list[int]]:  # fmt: skip
