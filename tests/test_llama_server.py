@@ -6,15 +6,14 @@ from the context, so the comparison is against that, on one greedy prompt)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from serve_helpers import free_port, get, post
+from serve_helpers import post
 
 from babelspec.bench.llamacpp import gguf_for
+from babelspec.bench.processes import serving
 from babelspec.models import DEFAULT_TARGET, load_tokenizer
 from babelspec.ngram import CountConfig, train
 from babelspec.ngram.llamacpp import export_llamacpp
@@ -29,29 +28,15 @@ PROMPT = "Once upon a time, in a small village by the river, there lived an old 
 
 def _complete(gguf: Path, static: Path | None) -> dict:
     """One greedy completion of PROMPT by a fresh llama-server (stopped after)."""
-    port = free_port()
-    args = [str(SERVER), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port), "-t", "2", "-c", "1024",
-            "-np", "1", "--spec-type", "ngram-cache"]  # fmt: skip
+    args = [str(SERVER), "-m", str(gguf), "--host", "127.0.0.1", "-t", "2", "-c", "1024", "-np", "1",
+            "--spec-type", "ngram-cache"]  # fmt: skip
     if static is not None:
         args += ["--lookup-cache-static", str(static)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if get(f"http://127.0.0.1:{port}/health")[0] == 200:
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"llama-server did not start: {proc.stderr.read().decode()[-2000:]}") from None
-                time.sleep(0.5)
+    with serving(args, "llama-server") as port:
         body = json.dumps({"prompt": PROMPT, "n_predict": 48, "temperature": 0, "cache_prompt": False}).encode()
         status, answer, _ = post(f"http://127.0.0.1:{port}/completion", body)
         assert status == 200, answer
         return answer
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.skipif(not SERVER.exists(), reason="llama-server is built by `make test-peers`")
