@@ -39,6 +39,6 @@ def test_data_show() -> None:
 
 def test_data_show_bad_input() -> None:
     bad_lang = runner.invoke(app, ["data", "show", "xx"])
-    assert bad_lang.exit_code != 0 and "known codes" in bad_lang.output
+    assert bad_lang.exit_code != 0 and "name a FLORES-200 code" in bad_lang.output
     bad_split = runner.invoke(app, ["data", "show", "amh", "--split", "dev"])
     assert bad_split.exit_code != 0 and "unknown split 'dev'" in bad_split.output

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from babelspec.data.loaders import LAYOUT_CODES, layout_file, load_layout, load_layout_pairs, load_sib200_rows
+from babelspec.data.languages import FLORES_LANGUAGES
+from babelspec.data.loaders import layout_file, load_layout, load_layout_pairs, load_sib200_rows
 
 REPO = Path(__file__).resolve().parents[1]
 CORPORA = Path(os.environ.get("BABELSPEC_CORPORA") or REPO.parent / "shared" / "corpora")
@@ -48,9 +49,10 @@ def test_codes_name_the_published_files() -> None:
     assert layout_file("ntrex", CORPORA, "npi", "all").name == "newstest2019-ref.nep.txt"
     assert layout_file("sib200", CORPORA, "zgh", "test").parent.name == "tzm_Tfng"
     assert layout_file("oldi-seed", CORPORA, "zgh", "all").name == "zgh_Tfng"
-    for lang in LAYOUT_CODES["sib200"]:
-        if lang != "eng":
-            assert load_layout("sib200", CORPORA, lang, "test")
+    assert layout_file("ntrex", CORPORA, "swh_Latn", "all").name == "newstest2019-ref.swa.txt"
+    assert layout_file("oldi-seed", CORPORA, "nqo_Nkoo", "all").name == "nqo_Nkoo"
+    for lang in FLORES_LANGUAGES:  # every FLORES-200 language, by the language table's codes
+        assert len(load_layout("sib200", CORPORA, lang, "test")) == 204
 
 
 def test_real_config_never_overlaps() -> None:

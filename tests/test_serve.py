@@ -190,7 +190,7 @@ BAD_COMPLETIONS = [
     ({"stop": ""}, 400, "stop", "stop must be a non-empty string"),
     ({"top_p": 0}, 400, "top_p", "top_p must be a number in (0, 1]"),
     ({"top_p": 1.5}, 400, "top_p", "top_p must be a number in (0, 1]"),
-    ({"lang": "xx"}, 400, "lang", "unknown language 'xx'; known codes: amh"),
+    ({"lang": "xx"}, 400, "lang", "unknown language 'xx'; name a FLORES-200 code"),
     ({"lang": "ibo", "drafter": "auto"}, 400, "lang", "no route for language 'ibo'"),
     ({"drafter": "bogus:1"}, 400, "drafter", "drafter 'bogus:1' is not offered by this server; choose one of "
      "self:1, none, auto"),

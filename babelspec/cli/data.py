@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-data_app = typer.Typer(help="The bundled corpora of the 11 languages: list, show, build.", no_args_is_help=True)
+data_app = typer.Typer(help="Languages and their data: every language known, the real sets under a corpora folder, the bundled corpora of the 11.", no_args_is_help=True)
 
 SCARCE_WORDS = 5_000  # below this many training words a language "has almost nothing"
 
@@ -48,14 +48,14 @@ def list_cmd(
 ) -> None:
     """Per language and source: texts, words (and tokens), domain; train/test sizes."""
     from babelspec.data.corpus import count_words, records
-    from babelspec.data.languages import LANGUAGES
+    from babelspec.data.languages import LANGUAGES, PAPER_LANGUAGES
 
     tok = _tokenizer(tokenizer) if tokenizer else None
     if data_root is not None:
         _list_real(data_root, tok, as_json)
         return
     rows = []
-    for code, lang in LANGUAGES.items():
+    for code, lang in ((c, LANGUAGES[c]) for c in PAPER_LANGUAGES):
         recs = records(code)
         by_source: dict[str, list[dict]] = {}
         for r in recs:
@@ -134,6 +134,33 @@ def _list_real(root: Path, tok, as_json: bool) -> None:
     if missing:
         typer.echo(f"no set here for: {', '.join(missing)} (nothing openly licensed holds chr or haw)")
     typer.echo("words: whitespace/Ethiopic-punctuation separated tokens with a letter (target side)")
+
+
+@data_app.command("languages")
+def languages_cmd(
+    which: str = typer.Option("all", "--set", help="all, paper (the 11) or flores200 (FLORES-200's languages)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per line instead of a table."),
+) -> None:
+    """Every language babelspec knows: code, name, script, family, and its files in FLORES-200,
+    NTREX-128 and OLDI Seed. Any code or alias shown here names it anywhere."""
+    from babelspec.data.languages import LANGUAGE_SETS, LANGUAGES
+
+    if which != "all" and which not in LANGUAGE_SETS:
+        raise typer.BadParameter(f"unknown set {which!r}; choose all, {', '.join(LANGUAGE_SETS)}", param_hint="--set")
+    codes = list(LANGUAGES) if which == "all" else LANGUAGE_SETS[which]
+    if not as_json:
+        typer.echo(f"{'code':9} {'name':34} {'script':6} {'family':15} {'FLORES-200':10} {'NTREX':8} {'OLDI':9} bundled")
+    for code in codes:
+        lang = LANGUAGES[code]
+        row = {"code": code, "name": lang.name, "script": lang.script, "family": lang.family,
+               "flores": lang.flores, "ntrex": lang.ntrex, "oldi": lang.oldi, "bundled": lang.bundled}
+        if as_json:
+            typer.echo(json.dumps(row, ensure_ascii=False))
+        else:
+            typer.echo(f"{code:9} {lang.name[:34]:34} {lang.script:6} {lang.family[:15]:15} {lang.flores or '-':10} "
+                       f"{lang.ntrex or '-':8} {lang.oldi or '-':9} {'yes' if lang.bundled else '-'}")
+    if not as_json:
+        typer.echo(f"{len(codes)} languages")
 
 
 @data_app.command("show")

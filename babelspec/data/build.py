@@ -32,7 +32,7 @@ from babelspec.data.clean import (
     parse_properties,
     parse_udhr_html,
 )
-from babelspec.data.languages import LANGUAGES, Language
+from babelspec.data.languages import LANGUAGES, PAPER_LANGUAGES, Language
 from babelspec.data.splits import near_duplicates, stable_hash
 from babelspec.fileio import atomic_open, sha256_file, write_text_atomic
 
@@ -355,7 +355,7 @@ def _write_splits(out_dir: Path, per_lang: dict[str, list[Record]], log: Callabl
     from babelspec.data.corpus import count_words
 
     lang_stats = {}
-    for code in LANGUAGES:
+    for code in PAPER_LANGUAGES:
         recs = assign_splits(per_lang[code], code)
         write_gzip_jsonl(out_dir / "corpus" / f"{code}.jsonl.gz", recs)
         stats: dict = {}
@@ -401,7 +401,7 @@ def _licence_notices(out_dir: Path, fetched: list[Fetched]) -> list[dict]:
 
 def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None]) -> dict:
     fetched = {s.package: fetch(s, dl, log) for s in NPM_SOURCES + DEB_SOURCES}
-    per_lang: dict[str, list[Record]] = {code: [] for code in LANGUAGES}
+    per_lang: dict[str, list[Record]] = {code: [] for code in PAPER_LANGUAGES}
 
     def add(f: Fetched, code: str, recs: list[Record]) -> None:
         per_lang[code].extend(recs)
@@ -409,7 +409,7 @@ def _build(out_dir: Path, dl: Path, *, topics: bool, log: Callable[[str], None])
 
     ff_en = next(fetched["firefox-esr-l10n-en-gb"].root.rglob("*.xpi"))
     tb_en = next(fetched["thunderbird-l10n-en-gb"].root.rglob("*.xpi"))
-    for code, lang in LANGUAGES.items():
+    for code, lang in ((c, LANGUAGES[c]) for c in PAPER_LANGUAGES):
         log(f"extracting {code}")
         add(fetched["udhr"], code, udhr_records(fetched["udhr"].root, lang))
         for f in fetched.values():

@@ -21,7 +21,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from babelspec.data.languages import LANGUAGES, Language, get_language
+from babelspec.data.languages import PAPER_LANGUAGES, Language, get_language
 
 SPLITS = ("train", "test")
 
@@ -66,7 +66,14 @@ def _records(code: str, root: str) -> tuple[dict, ...]:
 
 def records(lang: str | Language, split: str | None = None) -> list[dict]:
     """Raw records (text, en, source, domain, sent, split) of a language, optionally one split."""
-    code = get_language(lang).code
+    language = get_language(lang)
+    if not language.bundled:
+        raise DataNotFoundError(
+            f"the bundled dataset holds only the paper's 11 languages, not {language.name} ({language.code}); "
+            f"read its real sets instead: --data-root ../shared/corpora (the corpora folder), or a "
+            f"[data] default = \"real\" / [data.{language.code}] table in a run config"
+        )
+    code = language.code
     recs = _records(code, str(data_dir().resolve()))
     if split is None:
         return list(recs)
@@ -120,7 +127,7 @@ def corpus_stats(lang: str | Language) -> dict:
 def languages_with_data() -> list[str]:
     """Codes whose corpus file is present in the dataset folder."""
     root = data_dir() / "corpus"
-    return [c for c in LANGUAGES if (root / f"{c}.jsonl.gz").exists()]
+    return [c for c in PAPER_LANGUAGES if (root / f"{c}.jsonl.gz").exists()]
 
 
 def manifest() -> dict:

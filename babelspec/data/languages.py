@@ -1,12 +1,22 @@
-"""The 11 languages of the study: codes, names, scripts, aliases and what the bundled data holds."""
+"""Every language babelspec knows: the paper's 11 and the languages of FLORES-200.
+
+A language is data. The paper's 11 keep their ISO 639-3 codes (``amh``, ``npi``...) and carry
+what the bundled dataset holds; every other FLORES-200 language is one row of ``flores200.tsv``
+(name, script, family, its NTREX-128 and OLDI Seed files) and is named by its FLORES-200 code
+(``swh_Latn``). Any FLORES-200 code works wherever a language is named: ``amh_Ethi`` is amh,
+``kab_Latn`` is ber, ``tzm_Tfng`` is zgh, ``quy_Latn`` is que. A bare ISO 639-3 code or an English
+name works too where it names one language.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import difflib
+from dataclasses import dataclass, field, replace
+from importlib import resources
 
 
 class UnknownLanguageError(ValueError):
-    """A language code or alias that is not one of the 11 languages of the study."""
+    """A language code or alias that names no language babelspec knows."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,16 @@ class Language:
     locales: tuple[str, ...] = field(default=())  # gettext / Mozilla locale codes of the software catalogs
     cldr: str = ""  # CLDR locale for the emoji-annotation phrases ("" when CLDR has none)
     endonym: str = ""  # the language's name for itself (CLDR display name in the language)
+    # From flores200.tsv (empty where FLORES-200 has no such language: chr, haw):
+    flores: str = ""  # FLORES-200 code (SIB-200's folder name)
+    family: str = ""  # top-level language family
+    ntrex: str = ""  # file code in NTREX-128
+    oldi: str = ""  # file name in OLDI Seed
+
+    @property
+    def bundled(self) -> bool:
+        """Whether the bundled dataset (``babelspec data build``) holds this language."""
+        return bool(self.udhr)
 
     @property
     def display(self) -> str:
@@ -89,25 +109,88 @@ _LANGS = [
     ),
 ]
 
-LANGUAGES: dict[str, Language] = {lang.code: lang for lang in _LANGS}
-# The paper's 11 languages (ISO 639-3): the study's default grid.
-PAPER_LANGUAGES: tuple[str, ...] = tuple(sorted(LANGUAGES))
+PAPER_LANGUAGES: tuple[str, ...] = tuple(sorted(lang.code for lang in _LANGS))
+# FLORES-200's code of each paper language that has one, where it differs from the table's row:
+# zgh's OLDI Seed file is Standard Moroccan Tamazight (zgh_Tfng), its FLORES-200 one tzm_Tfng.
+_PAPER_FLORES = {"amh": "amh_Ethi", "ber": "kab_Latn", "grn": "grn_Latn", "ibo": "ibo_Latn",
+                 "npi": "npi_Deva", "oci": "oci_Latn", "que": "quy_Latn", "yor": "yor_Latn",
+                 "zgh": "tzm_Tfng"}
+_PAPER_EXTRA = {"chr": "Iroquoian", "haw": "Austronesian"}  # families of the two FLORES-200 lacks
 
-_ALIASES: dict[str, str] = {}
-for _lang in _LANGS:
-    for _key in (_lang.code, _lang.name.lower(), *_lang.aliases):
-        _ALIASES[_key.lower()] = _lang.code
+
+def _table() -> list[dict[str, str]]:
+    text = resources.files("babelspec.data").joinpath("flores200.tsv").read_text(encoding="utf-8")
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    header = lines[0].split("\t")
+    return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+
+def _registry() -> tuple[dict[str, Language], tuple[str, ...]]:
+    by_flores = {flores: code for code, flores in _PAPER_FLORES.items()}
+    langs = {lang.code: replace(lang, family=_PAPER_EXTRA.get(lang.code, "")) for lang in _LANGS}
+    flores_order = []
+    for row in _table():
+        extra = dict(flores=row["flores"], family=row["family"], ntrex=row["ntrex"], oldi=row["oldi"])
+        paper = by_flores.get(row["flores"])
+        if paper:
+            extra["oldi"] = extra["oldi"] or ("zgh_Tfng" if paper == "zgh" else "")
+            langs[paper] = replace(langs[paper], **extra)
+            flores_order.append(paper)
+        else:
+            langs[row["flores"]] = Language(row["flores"], row["name"], row["script"], **extra)
+            flores_order.append(row["flores"])
+    return langs, tuple(flores_order)
+
+
+# Every language by its code: the paper's 11 and FLORES-200's others.
+LANGUAGES, FLORES_LANGUAGES = _registry()
+# FLORES_LANGUAGES: the codes of FLORES-200's languages (the paper's where they stand in), in its order.
+LANGUAGE_SETS: dict[str, tuple[str, ...]] = {"paper": PAPER_LANGUAGES, "flores200": FLORES_LANGUAGES}
+
+
+def _aliases() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for lang in _LANGS:  # the paper's aliases first: they win any clash (tzm is ber, not tzm_Tfng)
+        for key in (lang.code, lang.name.lower(), *lang.aliases):
+            out[key.lower()] = lang.code
+    bases: dict[str, list[str]] = {}
+    for code, lang in LANGUAGES.items():
+        if lang.flores:
+            out.setdefault(lang.flores.lower(), code)
+            bases.setdefault(lang.flores.split("_")[0], []).append(code)
+        out.setdefault(lang.name.lower(), code)
+    for base, codes in bases.items():
+        if len(set(codes)) == 1:  # a bare ISO 639-3 code only where it names one language
+            out.setdefault(base, codes[0])
+    return out
+
+
+_ALIASES: dict[str, str] = _aliases()
 
 
 def get_language(code_or_alias: str | Language) -> Language:
-    """The language for an ISO 639-3 code or an alias (``ne`` -> npi, ``gn`` -> grn, ``kab`` -> ber)."""
+    """The language of a code or alias: ``ne`` -> npi, ``kab_Latn`` -> ber, ``swh_Latn`` or ``swahili``
+    -> swh_Latn. UnknownLanguageError, naming the close matches, for anything else."""
     if isinstance(code_or_alias, Language):
         return code_or_alias
     key = str(code_or_alias).strip().lower()
     code = _ALIASES.get(key) or _ALIASES.get(key.replace("-", "_")) or _ALIASES.get(key.replace("_", "-"))
     if code is None:
-        known = ", ".join(f"{c} ({LANGUAGES[c].name})" for c in LANGUAGES)
+        close = difflib.get_close_matches(key.replace("-", "_"), list(_ALIASES), n=6, cutoff=0.6)
+        scripts = [c for c in LANGUAGES if c.lower().startswith(key + "_")]  # ace -> ace_Arab, ace_Latn
+        named = list(dict.fromkeys([*scripts, *(_ALIASES[c] for c in close)]))
+        hint = (f"close matches: {', '.join(f'{c} ({LANGUAGES[c].name})' for c in named)}; " if named
+                else "")
         raise UnknownLanguageError(
-            f"unknown language {code_or_alias!r}; known codes: {known}"
+            f"unknown language {code_or_alias!r}; {hint}name a FLORES-200 code (e.g. swh_Latn), one of "
+            f"the paper's codes ({', '.join(PAPER_LANGUAGES)}) or an English name; "
+            f"`babelspec data languages` lists all {len(LANGUAGES)}"
         )
     return LANGUAGES[code]
+
+
+def language_set(name: str) -> tuple[str, ...]:
+    """The codes of a named set: ``paper`` (the 11) or ``flores200`` (FLORES-200's languages)."""
+    if name not in LANGUAGE_SETS:
+        raise UnknownLanguageError(f"unknown language set {name!r}; known: {', '.join(LANGUAGE_SETS)}")
+    return LANGUAGE_SETS[name]

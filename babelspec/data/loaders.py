@@ -28,7 +28,7 @@ import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from babelspec.data.languages import Language, get_language
+from babelspec.data.languages import LANGUAGES, Language, get_language
 
 
 class DataFormatError(ValueError):
@@ -261,16 +261,18 @@ def load_flores_pairs(root: str | Path, lang: str | Language, split: str = "devt
 
 # --- published layouts of real evaluation sets ------------------------------------------------
 
-# The code each layout gives each of our languages. Stand-ins, stated: ber is Kabyle (kab_Latn);
-# zgh is Central Atlas Tamazight in Tifinagh (tzm_Tfng) in FLORES-200 / SIB-200, and Standard
-# Moroccan Tamazight (zgh_Tfng) in OLDI Seed; que is Ayacucho Quechua (quy_Latn); grn is
-# Paraguayan Guarani; npi is "nep" in NTREX and "ne" in FLoRes v1. Nothing here has chr or haw.
+# The code each layout gives each language. SIB-200, NTREX-128 and OLDI Seed hold many languages:
+# their codes are columns of the language table (Language.flores, .ntrex, .oldi, from
+# flores200.tsv). The smaller layouts hold only some of the paper's languages, listed here.
+# Stand-ins, stated: ber is Kabyle (kab_Latn); zgh is Central Atlas Tamazight in Tifinagh
+# (tzm_Tfng) in FLORES-200 / SIB-200, and Standard Moroccan Tamazight (zgh_Tfng) in OLDI Seed; que
+# is Ayacucho Quechua (quy_Latn); grn is Paraguayan Guarani; npi is "nep" in NTREX and "ne" in
+# FLoRes v1. Nothing here has chr or haw.
+_TABLE_LAYOUTS = {"sib200": "flores", "ntrex": "ntrex", "oldi-seed": "oldi"}
 LAYOUT_CODES: dict[str, dict[str, str]] = {
-    "sib200": {"amh": "amh_Ethi", "ber": "kab_Latn", "grn": "grn_Latn", "ibo": "ibo_Latn",
-               "npi": "npi_Deva", "oci": "oci_Latn", "que": "quy_Latn", "yor": "yor_Latn",
-               "zgh": "tzm_Tfng", "eng": "eng_Latn"},
-    "ntrex": {"amh": "amh", "ibo": "ibo", "npi": "nep", "yor": "yor", "eng": "eng"},
-    "oldi-seed": {"grn": "grn_Latn", "zgh": "zgh_Tfng", "eng": "eng_Latn"},
+    "sib200": {"eng": "eng_Latn"},
+    "ntrex": {"eng": "eng"},
+    "oldi-seed": {"eng": "eng_Latn"},
     "flores-v1": {"npi": "ne", "eng": "en"},
     "tatoeba-laser": {"amh": "amh", "ber": "kab", "oci": "oci", "eng": "eng"},
     "hornmt": {"amh": "amh", "eng": "eng"},
@@ -295,13 +297,23 @@ _LAYOUT_DIRS: dict[str, tuple[str, str]] = {
 LAYOUTS = tuple(LAYOUT_CODES)
 
 
+def _layout_codes(layout: str) -> dict[str, str]:
+    """Our code -> the layout's code, for every language the layout can hold."""
+    column = _TABLE_LAYOUTS.get(layout)
+    if column is None:
+        return LAYOUT_CODES[layout]
+    return {**{c: getattr(lang, column) for c, lang in LANGUAGES.items() if getattr(lang, column)},
+            **LAYOUT_CODES[layout]}
+
+
 def layout_code(layout: str, lang: str | Language) -> str:
     """The code ``layout`` files ``lang`` under (``npi`` -> ``nep`` in NTREX); DataFormatError if absent."""
-    codes = LAYOUT_CODES[layout]
+    codes = _layout_codes(layout)
     key = "eng" if str(lang).lower() in ("eng", "en", "english") else get_language(lang).code
     if key not in codes:
-        held = ", ".join(c for c in codes if c != "eng")
-        raise DataFormatError(f"{layout} has no {get_language(key).name} ({key}); it holds: {held}")
+        held = [c for c in codes if c != "eng"]
+        listed = ", ".join(held[:12]) + (f" and {len(held) - 12} more" if len(held) > 12 else "")
+        raise DataFormatError(f"{layout} has no {get_language(key).name} ({key}); it holds: {listed}")
     return codes[key]
 
 
@@ -331,7 +343,7 @@ def _layout_files(layout: str, folder: Path) -> list[Path]:
     if layout == "ntrex":
         return sorted(folder.glob("newstest2019-*.txt"))
     if layout == "oldi-seed":
-        return [folder / c for c in ("eng_Latn", "grn_Latn", "zgh_Tfng") if (folder / c).is_file()]
+        return sorted(p for p in folder.glob("*_*") if p.is_file() and "." not in p.name)
     if layout == "flores-v1":
         return sorted(folder.glob("wikipedia.*.*-en.*"))
     if layout == "hornmt":
@@ -467,7 +479,7 @@ def load_layout_pairs(layout: str, root: str | Path, lang: str | Language, split
 def layout_languages(layout: str, root: str | Path) -> list[str]:
     """Our language codes whose files are present in a layout folder."""
     out = []
-    for code in LAYOUT_CODES[layout]:
+    for code in _layout_codes(layout):
         if code == "eng":
             continue
         try:

@@ -8,6 +8,10 @@ translates, ``monolingual`` the text n-grams are counted on and general distilla
 Never the test split anywhere else. ``configs/real.toml`` and ``configs/paper.toml`` spell the
 same table out; ``babelspec distill`` takes it when no source is given.
 
+Every other FLORES-200 language reads the same sets by its codes in the language table:
+SIB-200's test split for prompts, its dev split for shots, and for monolingual text SIB-200's
+train and dev splits, NTREX-128 and OLDI Seed where they hold the language (``generic_real_data``).
+
 Stand-ins where FLORES-200 has no code of the paper's: ber = Kabyle (kab_Latn); zgh = Central
 Atlas Tamazight in Tifinagh (tzm_Tfng) for FLORES-200 and Standard Moroccan Tamazight (zgh_Tfng)
 for OLDI Seed; que = Ayacucho Quechua (quy_Latn); npi = nep/ne. chr and haw: no openly licensed
@@ -61,9 +65,27 @@ def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
     return None
 
 
+def generic_real_data(lang: str) -> RealData | None:
+    """The sets of a FLORES-200 language the table above does not name: SIB-200 (train and dev for
+    text), NTREX-128 and OLDI Seed where the language table gives it a file; None without a
+    FLORES-200 code (chr, haw)."""
+    language = get_language(lang)
+    if not language.flores:
+        return None
+    mono = ["sib200:sib200@train", "sib200:sib200@dev"]
+    mono += ["ntrex:ntrex"] if language.ntrex else []
+    mono += ["oldi-seed:nllb_oldi_seed"] if language.oldi else []
+    return RealData(monolingual=tuple(mono))
+
+
+def real_sets(lang: str) -> RealData | None:
+    """The real sets of a language: the table's entry, else the generic FLORES-200 sets, else None."""
+    return REAL_DATA.get(get_language(lang).code) or generic_real_data(lang)
+
+
 def real_data(lang: str, root: str | os.PathLike | None) -> RealData | None:
     """The language's real sets when ``root`` holds them (SIB-200 at least), else None."""
-    entry = REAL_DATA.get(get_language(lang).code)
+    entry = real_sets(lang)
     if entry is None or root is None or not (Path(root) / "sib200").is_dir():
         return None
     return entry

@@ -92,7 +92,7 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
     most frequent ones of the English sources of every bundled language's parallel train split
     (cached)."""
     from babelspec.data.corpus import monolingual, parallel
-    from babelspec.data.languages import LANGUAGES, get_language
+    from babelspec.data.languages import PAPER_LANGUAGES, get_language
 
     code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
     if source_tokens < 0:
@@ -100,7 +100,7 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
     texts = monolingual(code, "train")
     if not texts:
         raise ValueError(f"the {code} monolingual train split is empty; no vocabulary to restrict to")
-    sources = [en for other in sorted(LANGUAGES) for en, _ in parallel(other, "train")] if source_tokens else []
+    sources = [en for other in PAPER_LANGUAGES for en, _ in parallel(other, "train")] if source_tokens else []
     key = (f"{code}-{_tokenizer_key(tokenizer)}-{_text_digest(texts)}-en{source_tokens}-{_text_digest(sources)}"
            f"-v{VOCAB_FORMAT}")  # fmt: skip
     path = cache_dir() / "vocab" / f"{key}.npy"

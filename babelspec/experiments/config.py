@@ -97,15 +97,32 @@ class LanguageData:
 
 @dataclass
 class DataSection:
-    """``[data]``: ``root`` (or ``--data-root``) and one ``[data.LANG]`` table per language that
-    does not use the bundled dataset. Sentences of the test source never reach the few-shot
-    examples or the monolingual text (the runner drops exact repeats)."""
+    """``[data]``: ``root`` (or ``--data-root``), ``default`` and one ``[data.LANG]`` table per
+    language whose sets differ from the default. ``default = "bundled"`` gives a language without
+    a table the bundled dataset; ``default = "real"`` gives it its real sets under the corpora
+    root (``babelspec.data.real``: SIB-200, NTREX-128, OLDI Seed by the language table's codes).
+    Sentences of the test source never reach the few-shot examples or the monolingual text (the
+    runner drops exact repeats)."""
 
     root: str = ""  # folder relative source paths resolve against
+    default: str = "bundled"  # "bundled" | "real": the sets of a language without a [data.LANG] table
     languages: dict[str, LanguageData] = field(default_factory=dict)
 
     def for_language(self, lang: str) -> LanguageData:
-        return self.languages.get(lang, LanguageData())
+        if lang in self.languages:
+            return self.languages[lang]
+        if self.default == "real":
+            from babelspec.data.real import real_sets
+
+            real = real_sets(lang)
+            if real is not None:
+                return LanguageData(test=real.test, shots=real.shots, monolingual=list(real.monolingual),
+                                    train=real.train)
+        return LanguageData()
+
+    def bundled(self, lang: str) -> bool:
+        """Whether ``lang`` reads the bundled dataset (no table, and no real sets by default)."""
+        return self.for_language(lang) == LanguageData()
 
     def sources(self, lang: str):
         """(test, shots, monolingual) of ``lang`` as resolved ``Source`` objects."""
@@ -294,9 +311,13 @@ def _parse_data(raw: Any, where: str) -> DataSection:
     root = raw.get("root", "")
     if not isinstance(root, str):
         raise ConfigError(f"{where}: [data] root must be a folder path string")
+    default = raw.get("default", "bundled")
+    if default not in ("bundled", "real"):
+        raise ConfigError(f"{where}: [data] default must be \"bundled\" (the bundled dataset) or \"real\" "
+                          f"(each language's real sets under root), got {default!r}")
     langs: dict[str, LanguageData] = {}
     for name, table in raw.items():
-        if name == "root":
+        if name in ("root", "default"):
             continue
         at = f"{where} [data.{name}]"
         if not isinstance(table, dict):
@@ -333,7 +354,7 @@ def _parse_data(raw: Any, where: str) -> DataSection:
                 raise ConfigError(f"{at}: monolingual source {m} is the test split; count n-grams "
                                   f"and distil on train splits or other sets, never on the test")
         langs[code] = d
-    return DataSection(root=root, languages=langs)
+    return DataSection(root=root, default=default, languages=langs)
 
 
 def validate(cfg: ExperimentConfig) -> None:
@@ -344,6 +365,12 @@ def validate(cfg: ExperimentConfig) -> None:
         if not cond:
             raise ConfigError(f"{where}: {message}")
 
+    if isinstance(cfg.languages, str):  # a named set: "paper" or "flores200"
+        from babelspec.data.languages import LANGUAGE_SETS
+
+        need(cfg.languages in LANGUAGE_SETS, f"languages = {cfg.languages!r} names no set; give a list of "
+             f"codes or one of: {', '.join(map(repr, LANGUAGE_SETS))}")
+        cfg.languages = list(LANGUAGE_SETS[cfg.languages])
     need(isinstance(cfg.languages, list) and cfg.languages, "languages must be a non-empty list")
     cfg.languages = list(dict.fromkeys(_language(lang, where) for lang in cfg.languages))
     need(isinstance(cfg.tasks, list) and cfg.tasks, "tasks must be a non-empty list")
@@ -471,6 +498,9 @@ def load_config(path: str | Path | None = None, profile: str | None = None,
         cfg.data.root = str((file.parent / cfg.data.root).resolve())
     if cfg.data.root and not Path(cfg.data.root).is_dir():
         raise ConfigError(f"data root {cfg.data.root!r} is not a folder; pass --data-root DIR")
+    if cfg.data.default == "real" and not cfg.data.root:
+        raise ConfigError(f"{file}: [data] default = \"real\" reads the corpora folder; set [data] root "
+                          f"or pass --data-root (e.g. ../shared/corpora)")
     try:
         for lang in cfg.languages:
             cfg.data.sources(lang)  # relative sources need a root
@@ -499,7 +529,9 @@ def dump_toml(cfg: ExperimentConfig) -> str:
     for section in ("sampling", "checks", "divergence"):
         data[section] = {k: v for k, v in data[section].items() if v is not None}  # TOML has no null
     section = data["data"]  # [data] root = ..., then a [data.LANG] table per language
-    data["data"] = {**({"root": section["root"]} if section["root"] else {}), **section["languages"]}
+    data["data"] = {**({"root": section["root"]} if section["root"] else {}),
+                    **({"default": section["default"]} if section["default"] != "bundled" else {}),
+                    **section["languages"]}
     drafters = []
     for d in data["drafters"]:
         options = d.pop("options")

@@ -170,7 +170,8 @@ def estimate_prepare_seconds(setting: Any) -> float:
         return float(budget or 300.0) + PREPARE_SECONDS["distilled_overhead"]
     if setting.kind == "ngram" and "distil" in options:
         modes = options["distil"]
-        return PREPARE_SECONDS["ngram_distil_mode"] * (1 if isinstance(modes, str) else len(modes))
+        share = float(options.get("distil_tokens", 8192)) / 8192  # the seconds are for 8,192 positions
+        return PREPARE_SECONDS["ngram_distil_mode"] * share * (1 if isinstance(modes, str) else len(modes))
     return PREPARE_SECONDS["ngram"] if setting.kind == "ngram" else 0.0
 
 

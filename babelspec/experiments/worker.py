@@ -123,7 +123,7 @@ def task_prompts(task: str, lang: str, tokenizer, n: int, data=None) -> list[Pro
 
 def prompt_data(data, lang: str):
     """The test and few-shot records of ``lang`` from a ``[data]`` section (None: bundled)."""
-    if data is None or lang not in data.languages:
+    if data is None or data.bundled(lang):
         return None
     from babelspec.data.sources import parallel_records
     from babelspec.data.tasks import PromptData
