@@ -1,7 +1,9 @@
 """Output checks, as the paper made them: is a text in the requested language, is it looping?
 
-* script check: the share of a text's letters that lie in the language's script(s);
-* a character 1-3-gram naive-Bayes classifier trained on the bundled monolingual corpora
+* script check: the share of a text's letters that lie in the language's script (the language
+  table's ISO 15924 code, as Unicode's script property);
+* a character 1-3-gram naive-Bayes classifier trained on the bundled monolingual corpora, and on
+  SIB-200's train split for every other language asked for when a corpora folder is at hand
   (hashed counts, one NumPy gather per text);
 * where ``py3langid`` is installed and covers the language (am, ne, oc, qu), its choice too;
 * a repetition loop: the repeated word n-gram ratio 1 - distinct / total.
@@ -16,20 +18,11 @@ from typing import Any
 
 import numpy as np
 
-# Unicode blocks of each script (inclusive ranges of code points).
-SCRIPT_RANGES: dict[str, tuple[tuple[int, int], ...]] = {
-    "Latin": ((0x41, 0x5A), (0x61, 0x7A), (0xC0, 0x24F), (0x250, 0x2AF), (0x300, 0x36F),
-              (0x1E00, 0x1EFF), (0x2C60, 0x2C7F), (0xA720, 0xA7FF), (0x2019, 0x2019)),
-    "Ethiopic": ((0x1200, 0x139F), (0x2D80, 0x2DDF), (0xAB00, 0xAB2F)),
-    "Cherokee": ((0x13A0, 0x13FF), (0xAB70, 0xABBF)),
-    "Devanagari": ((0x900, 0x97F), (0xA8E0, 0xA8FF)),
-    "Tifinagh": ((0x2D30, 0x2D7F),),
-}  # fmt: skip
-LANGUAGE_SCRIPTS: dict[str, tuple[str, ...]] = {
-    "amh": ("Ethiopic",), "ber": ("Latin",), "chr": ("Cherokee",), "grn": ("Latin",),
-    "haw": ("Latin",), "ibo": ("Latin",), "npi": ("Devanagari",), "oci": ("Latin",),
-    "que": ("Latin",), "yor": ("Latin",), "zgh": ("Tifinagh",), "eng": ("Latin",),
-}  # fmt: skip
+# Unicode script values of the ISO 15924 codes that are not one (Chinese, Japanese, Korean text).
+_SCRIPT_VALUES: dict[str, tuple[str, ...]] = {
+    "Hans": ("Han",), "Hant": ("Han",), "Jpan": ("Han", "Hiragana", "Katakana"), "Kore": ("Hangul", "Han"),
+    "Hang": ("Hangul", "Han"),
+}
 # py3langid's ISO 639-1 codes for the languages it covers.
 LANGID_CODES: dict[str, str] = {"amh": "am", "npi": "ne", "oci": "oc", "que": "qu", "eng": "en"}
 
@@ -38,13 +31,6 @@ _WORD_SPLIT = re.compile(r"[\s\u1361\u1362\u1363\u1364.,;:!?\"()\[\]«»“”]+
 
 def _codepoints(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-
-
-def _in_ranges(cp: np.ndarray, ranges: tuple[tuple[int, int], ...]) -> np.ndarray:
-    mask = np.zeros(cp.shape, dtype=bool)
-    for lo, hi in ranges:
-        mask |= (cp >= lo) & (cp <= hi)
-    return mask
 
 
 def _letters(cp: np.ndarray) -> np.ndarray:
@@ -60,15 +46,28 @@ def _letters(cp: np.ndarray) -> np.ndarray:
     return (ascii_letter | high) & ~ignored
 
 
+@lru_cache(maxsize=None)
+def _script_pattern(script: str):
+    import regex
+
+    values = _SCRIPT_VALUES.get(script, (script,))
+    # combining marks (Yoruba's tones, Devanagari's vowel signs) inherit the script of their letter
+    return regex.compile("|".join(rf"\p{{Script={v}}}" for v in values) + r"|\p{Script=Inherited}|’")
+
+
 def script_score(text: str, lang: str) -> float:
-    """Share of the text's letters written in the language's script(s); 0 for no letters."""
+    """Share of the text's letters written in the language's script; 0 for no letters."""
+    from babelspec.data.languages import get_language
+
     cp = _codepoints(text)
     letters = _letters(cp)
     n = int(letters.sum())
     if n == 0:
         return 0.0
-    ranges = tuple(r for s in LANGUAGE_SCRIPTS.get(lang, ("Latin",)) for r in SCRIPT_RANGES[s])
-    return float((_in_ranges(cp, ranges) & letters).sum() / n)
+    script = "Latn" if lang == "eng" else get_language(lang).script
+    pattern = _script_pattern(script)
+    inside = np.fromiter((pattern.match(ch) is not None for ch in text), bool, len(text))
+    return float((inside & letters).sum() / n)
 
 
 def repeated_ngram_ratio(text: str, n: int = 4) -> float:
@@ -109,7 +108,7 @@ class CharNgramClassifier:
 
     def fit(self, texts_by_language: dict[str, list[str]]) -> CharNgramClassifier:
         langs = [lang for lang, texts in texts_by_language.items() if texts]
-        counts = np.ones((len(langs), self.buckets), dtype=np.float64)  # add-one smoothing
+        counts = np.ones((len(langs), self.buckets), dtype=np.float32)  # add-one smoothing
         for i, lang in enumerate(langs):
             h = self._hashes("\n".join(texts_by_language[lang]))
             counts[i] += np.bincount(h, minlength=self.buckets)
@@ -159,12 +158,22 @@ def langid_language(text: str, lang: str) -> str:
     return str(module.classify(text)[0])
 
 
-def corpus_texts(lang: str, split: str = "train", max_chars: int = 400_000) -> list[str]:
-    """Up to ``max_chars`` of the bundled monolingual corpus of ``lang`` (empty if none)."""
+def corpus_texts(lang: str, split: str = "train", max_chars: int = 400_000, root: Any = None) -> list[str]:
+    """Up to ``max_chars`` of the bundled monolingual corpus of ``lang``; for a language the bundled
+    data does not hold, SIB-200's ``split`` under the corpora folder ``root`` (empty if neither)."""
     from babelspec.data import corpus  # type: ignore
+    from babelspec.data.languages import get_language
 
+    if get_language(lang).bundled:
+        items = corpus.monolingual(lang, split)
+    elif root is not None:
+        from babelspec.data.loaders import load_layout
+
+        items = load_layout("sib200", root, lang, split)
+    else:
+        return []
     texts, total = [], 0
-    for item in corpus.monolingual(lang, split):
+    for item in items:
         text = item if isinstance(item, str) else str(getattr(item, "text", item))
         texts.append(text)
         total += len(text)
@@ -210,15 +219,20 @@ class OutputChecker:
         self.use_langid = use_langid
 
     @classmethod
-    def from_corpora(cls, languages: list[str], **kwargs) -> OutputChecker:
-        """Train the classifier on every bundled language (not only the requested ones)."""
-        from babelspec.data.languages import PAPER_LANGUAGES
+    def from_corpora(cls, languages: list[str], root: Any = None, **kwargs) -> OutputChecker:
+        """Train the classifier on every bundled language (not only the requested ones), and on
+        the requested languages the bundled data lacks from SIB-200 under the corpora folder
+        (``root``, else ``$BABELSPEC_CORPORA`` or ``../shared/corpora``) where there is one."""
+        from babelspec.data.languages import PAPER_LANGUAGES, get_language
+        from babelspec.data.real import corpora_root
 
+        if any(not get_language(lang).bundled for lang in languages):
+            root = corpora_root(root)
         texts = {}
-        for lang in dict.fromkeys([*PAPER_LANGUAGES, *languages]):
+        for lang in dict.fromkeys([*PAPER_LANGUAGES, *(get_language(x).code for x in languages)]):
             try:
-                texts[lang] = corpus_texts(lang)
-            except Exception:  # noqa: BLE001 - a language with no bundled text is left out
+                texts[lang] = corpus_texts(lang, root=root)
+            except Exception:  # noqa: BLE001 - a language with no text here is left out
                 texts[lang] = []
         # English too (the English side of the parallel data): a base model drifting into
         # English is the most common way to leave the requested language.

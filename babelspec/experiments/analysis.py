@@ -11,6 +11,7 @@ from typing import Any
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
+from babelspec.experiments.across import MIN_LANGUAGES, across_languages
 from babelspec.experiments.divergence import resourcedness_correlation
 from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import STORE_NAME, Store
@@ -52,14 +53,20 @@ def corpus_sizes(languages: list[str]) -> dict[str, dict[str, Any]]:
 
 def _provenance(config: dict) -> dict[str, Any]:
     """Which text every prompt and drafter of the run came from (``babelspec.data.sources``)."""
-    if not config.get("data", {}).get("languages"):
+    data = config.get("data", {})
+    if not data.get("languages") and data.get("default", "bundled") == "bundled":
         return {}  # the bundled dataset throughout: the corpus table says it all
     from babelspec.data.sources import provenance
+    from babelspec.experiments.config import DataSection
 
+    if data.get("default") == "real":  # every language's real sets, spelled out as tables
+        section = DataSection(root=data.get("root", ""), default="real")
+        tables = {lang: asdict(section.for_language(lang)) for lang in config.get("languages", [])}
+        config = {**config, "data": {**data, "languages": {**tables, **data.get("languages", {})}}}
     return provenance(config)
 
 
-def analyse(store: Store) -> dict[str, Any]:
+def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, Any]:
     records = store.records()
     stats = agg.setting_stats(records)
     meta = store.meta()
@@ -85,7 +92,7 @@ def analyse(store: Store) -> dict[str, Any]:
         correlations[drafter] = resourcedness_correlation(
             tv, {lang: s["train_chars"] for lang, s in sizes.items()}
         )
-    return {
+    result = {
         "meta": meta,
         "n_records": len(records),
         # What the generations ran on (the workers', under Ray), not the driver's settings.
@@ -115,6 +122,10 @@ def analyse(store: Store) -> dict[str, Any]:
         "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
         "forward_seconds": _forward_samples(records),
     }
+    # a run with many languages: the distribution over them, proxies and the router's service level
+    result["across"] = across_languages(result, specs, meta.get("config", {}), log=lambda _: None,
+                                        min_languages=min_languages)
+    return result
 
 
 def distilled_runs(specs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:

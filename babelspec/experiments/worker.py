@@ -160,7 +160,7 @@ class UnitRunner:
         self.cfg, self.target, self.specs, self.log = cfg, target, specs, log
         self.trained_on = {s.name: s.trained_on for s in cfg.drafters}
         self.checker = OutputChecker.from_corpora(
-            cfg.languages, loop_ngram=cfg.checks.loop_ngram, loop_threshold=cfg.checks.loop_threshold,
+            cfg.languages, root=cfg.data.root or None, loop_ngram=cfg.checks.loop_ngram, loop_threshold=cfg.checks.loop_threshold,
             min_language_score=cfg.checks.min_language_score, use_langid=cfg.checks.langid_package,
         )  # fmt: skip
         self.drafters: dict[tuple[str, str, str], Any] = {}  # (setting, language, task) -> drafter

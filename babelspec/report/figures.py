@@ -249,3 +249,28 @@ def learning_curves(runs: list[dict]) -> bytes | None:
         axes[1][col].set_xlabel("step")
         axes[0][col].legend(fontsize=7)
     return _png(fig)
+
+
+def across_languages(rows: list[dict]) -> bytes | None:
+    """Held-out speedup over languages (histogram, with the router's), and against the target's
+    tokens per character relative to English."""
+    speed = [r["speedup"] for r in rows if is_finite(r.get("speedup"))]
+    if len(speed) < 2:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.0))
+    bins = np.arange(np.floor(min(speed) * 10) / 10, max(speed) + 0.1, 0.05)
+    left.hist(speed, bins=bins, alpha=0.7, label=f"each language's best setting (n = {len(speed)})")
+    router = [r["router_speedup"] for r in rows if is_finite(r.get("router_speedup"))]
+    left.hist(router, bins=bins, histtype="step", linewidth=1.5, label="with the router")
+    left.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
+    left.set_xlabel("held-out speedup over plain decoding")
+    left.set_ylabel("languages")
+    left.legend(fontsize=8)
+    pts = [(r["tokens_per_char"], r["speedup"]) for r in rows
+           if is_finite(r.get("tokens_per_char")) and is_finite(r.get("speedup"))]  # fmt: skip
+    if pts:
+        right.scatter([p[0] for p in pts], [p[1] for p in pts], s=12)
+        right.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    right.set_xlabel("target tokens per character, relative to English")
+    right.set_ylabel("held-out speedup")
+    return _png(fig)

@@ -1,0 +1,215 @@
+"""Across languages: what a run with many languages says about all of them at once.
+
+Each language's number is the headline's: its setting chosen on the choosing (even-numbered)
+prompts and measured on the held-out (odd-numbered) ones (``aggregate.language_summary``). Over
+languages this gives the distribution of held-out speedup, the worst and best languages, medians
+per script and per family, Spearman's ρ of speedup, acceptance and per-character divergence
+against proxies of how resourced a language is (each with a bootstrap interval over languages),
+and the router's service level (its 5th-percentile language, and how many it leaves at 1.0×).
+
+Proxies of resourcedness, stated with their weaknesses:
+- ``web_tokens``: mOSCAR's web-text tokens per FLORES-200 code (``resources/mOSCAR.md``, read in
+  place beside the corpora folder; 163 languages; noisy: language-ID confusion inflates some);
+- ``train_tokens``: the target tokens the corpus bigram counted for the language (what the run's
+  own drafter had);
+- ``tokens_per_char``: the target tokenizer's tokens per character of the language's SIB-200 dev
+  sentences over English's (a fertility ratio: high where the tokenizer saw little of the language).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# A run is "many languages" from this many on (the paper measured 11).
+MIN_LANGUAGES = 20
+# The paper's correlation of draft/target divergence with resourcedness, over its 11 languages.
+PAPER_R = -0.47
+PROXIES = ("web_tokens", "train_tokens", "tokens_per_char")
+METRICS = ("speedup", "alpha", "tv_per_char")
+BOOTSTRAP_RESAMPLES = 2000
+MOSCAR_ENV = "BABELSPEC_MOSCAR"
+
+
+def moscar_path(data_root: str | Path | None) -> Path | None:
+    """``$BABELSPEC_MOSCAR``, else ``resources/mOSCAR.md`` beside the corpora folder; None if absent."""
+    import os
+
+    candidates = [os.environ.get(MOSCAR_ENV)]
+    if data_root:
+        candidates.append(str(Path(data_root).parent / "resources" / "mOSCAR.md"))
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    return None
+
+
+def read_moscar(path: str | Path) -> dict[str, float]:
+    """Web-text tokens per FLORES-200 code from mOSCAR's language table (Markdown)."""
+    row = re.compile(r"^\|\s*[^|]+?\s*\|\s*([a-z]{3}_[A-Za-z]{4})\s*\|(?:[^|]*\|){4}\s*([\d,]+)\s*\|")
+    out = {}
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        m = row.match(line)
+        if m:
+            out[m.group(1)] = float(m.group(2).replace(",", ""))
+    if not out:
+        raise ValueError(f"{path}: no language table rows (| name | code | family | script | docs | images | tokens |)")
+    return out
+
+
+def tokens_per_char(tokenizer: Any, root: str | Path, languages: list[str]) -> dict[str, float]:
+    """Target tokens per character of each language's SIB-200 dev sentences, over English's."""
+    from babelspec.data.loaders import DataFormatError, load_layout
+
+    def ratio(lang: str) -> float:
+        texts = load_layout("sib200", root, lang, "dev")
+        ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+        return sum(map(len, ids)) / sum(map(len, texts))
+
+    english = ratio("eng")
+    out = {}
+    for lang in languages:
+        try:
+            out[lang] = ratio(lang) / english
+        except (DataFormatError, OSError):
+            continue
+    return out
+
+
+def spearman(x: list[float], y: list[float], *, seed: int = 0,
+             resamples: int = BOOTSTRAP_RESAMPLES) -> dict[str, float]:  # fmt: skip
+    """Spearman's ρ and a percentile bootstrap 95% interval, languages resampled as pairs."""
+    from scipy.stats import spearmanr
+
+    xs, ys = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(xs) & np.isfinite(ys)
+    xs, ys = xs[keep], ys[keep]
+    out = {"n": int(xs.size), "rho": math.nan, "low": math.nan, "high": math.nan}
+    if xs.size < 5 or np.ptp(xs) == 0 or np.ptp(ys) == 0:
+        return out
+    out["rho"] = float(spearmanr(xs, ys).statistic)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, xs.size, size=(resamples, xs.size))
+    rhos = np.array([spearmanr(xs[p], ys[p]).statistic for p in picks], float)
+    rhos = rhos[np.isfinite(rhos)]
+    if rhos.size:
+        out["low"], out["high"] = (float(v) for v in np.percentile(rhos, [2.5, 97.5]))
+    return out
+
+
+def _median(values: list[float]) -> float:
+    vals = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return float(np.median(vals)) if vals else math.nan
+
+
+def _groups(rows: list[dict], key: str) -> list[dict[str, Any]]:
+    out: dict[str, list[dict]] = {}
+    for r in rows:
+        out.setdefault(r[key] or "unknown", []).append(r)
+    return sorted(({key: k, "languages": len(v), "speedup_median": _median([r["speedup"] for r in v]),
+                    "alpha_median": _median([r["alpha"] for r in v]),
+                    "router_median": _median([r["router_speedup"] for r in v])}
+                   for k, v in out.items()), key=lambda g: (-g["languages"], g[key]))  # fmt: skip
+
+
+def language_rows(analysis: dict[str, Any], train_tokens: dict[str, float], web: dict[str, float],
+                  fertility: dict[str, float], task: str = "translation") -> list[dict[str, Any]]:  # fmt: skip
+    """One row per language of ``task``: its held-out number, the router's and every proxy."""
+    from babelspec.data.languages import get_language
+
+    tv = {d["language"]: d["tv_per_char"] for d in analysis.get("divergence", [])
+          if d["drafter"] == "bigram" and d.get("tv_per_char") is not None}  # fmt: skip
+    routes = {r["language"]: r for r in analysis.get("router", {}).get("routes", []) if r["task"] == task}
+    rows = []
+    for row in analysis.get("languages", []):
+        if row["task"] != task:
+            continue
+        lang = get_language(row["language"])
+        route = routes.get(lang.code, {})
+        rows.append({
+            "language": lang.code, "name": lang.name, "script": lang.script, "family": lang.family,
+            "drafter": row["drafter"], "gamma": row["gamma"], "speedup": row["speedup"],
+            "speedup_low": row.get("speedup_low"), "speedup_high": row.get("speedup_high"),
+            "alpha": row["alpha"], "tv_per_char": tv.get(lang.code, math.nan),
+            "router_drafter": route.get("drafter", "none"),
+            "router_speedup": route.get("predicted_speedup", 1.0) if route.get("drafter", "none") != "none" else 1.0,
+            "train_tokens": train_tokens.get(lang.code, math.nan),
+            "web_tokens": web.get(lang.flores, math.nan) if lang.flores else math.nan,
+            "tokens_per_char": fertility.get(lang.code, math.nan),
+        })  # fmt: skip
+    return rows
+
+
+def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
+    """The section's numbers from the per-language rows."""
+    speed = np.array([r["speedup"] for r in rows], float)
+    router = np.array([r["router_speedup"] for r in rows], float)
+    order = sorted(rows, key=lambda r: r["speedup"])
+    correlations = []
+    for metric in METRICS:
+        for proxy in PROXIES:
+            x = [math.log10(r[proxy]) if proxy != "tokens_per_char" and r[proxy] > 0 else r[proxy] for r in rows]
+            correlations.append({"metric": metric, "proxy": proxy,
+                                 **spearman(x, [r[metric] for r in rows], seed=seed)})
+    return {
+        "languages": len(rows),
+        "speedup_quantiles": {str(q): float(np.nanpercentile(speed, q)) for q in (5, 25, 50, 75, 95)} if rows else {},
+        "below_one": int(np.sum(speed < 1.0)),
+        "worst": order[:10], "best": order[::-1][:10],
+        "by_script": _groups(rows, "script"), "by_family": _groups(rows, "family"),
+        "correlations": correlations, "paper_r": PAPER_R,
+        "router": {"p5": float(np.nanpercentile(router, 5)) if rows else math.nan,
+                   "median": float(np.nanmedian(router)) if rows else math.nan,
+                   "plain": int(sum(r["router_drafter"] == "none" for r in rows)),
+                   "languages": len(rows)},
+    }  # fmt: skip
+
+
+def bigram_train_tokens(specs: dict[tuple[str, str], str], setting: str = "bigram") -> dict[str, float]:
+    """Target tokens each language's ``setting`` n-gram counted (its file's training record)."""
+    from babelspec.ngram.model import NgramFileError, NgramModel
+
+    out = {}
+    for (name, lang), spec in specs.items():
+        if name != setting or not spec.startswith("ngram:"):
+            continue
+        path = spec.removeprefix("ngram:").split(",", 1)[0]
+        try:
+            out[lang] = float(NgramModel.load(path, verify=False).training.get("tokens", math.nan))
+        except (NgramFileError, OSError):
+            continue
+    return out
+
+
+def across_languages(analysis: dict[str, Any], specs: dict[tuple[str, str], str], config: dict[str, Any],
+                     log: Callable[[str], None] = print, min_languages: int = MIN_LANGUAGES,
+                     ) -> dict[str, Any] | None:  # fmt: skip
+    """The "Across languages" numbers of a run with at least ``min_languages`` languages, else None.
+
+    A proxy that cannot be had (no corpora folder, no mOSCAR table) is left out and named in
+    ``missing``; nothing else is assumed."""
+    langs = sorted({r["language"] for r in analysis.get("languages", [])})
+    if len(langs) < min_languages:
+        return None
+    root = (config.get("data") or {}).get("root") or None
+    missing, web, fertility = [], {}, {}
+    path = moscar_path(root)
+    if path is None:
+        missing.append("web_tokens: no mOSCAR table (set $BABELSPEC_MOSCAR or keep resources/ beside the corpora)")
+    else:
+        web = read_moscar(path)
+    if root and (Path(root) / "sib200").is_dir():
+        from babelspec.models import load_tokenizer
+
+        fertility = tokens_per_char(load_tokenizer(config.get("target", "")), root, langs)
+    else:
+        missing.append("tokens_per_char: no SIB-200 under the run's data root")
+    rows = language_rows(analysis, bigram_train_tokens(specs), web, fertility)
+    log(f"across languages: {len(rows)} languages")
+    return {**summarise(rows), "rows": rows, "missing": missing,
+            "moscar": str(path) if path else ""}
