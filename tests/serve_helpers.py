@@ -36,14 +36,15 @@ def with_chat_template(base: str, path: Path) -> str:
 
 def write_router(path: Path, ngram: str | None = None) -> str:
     """yor: self:1 at gamma 2 (any task), and with ``ngram`` (a table file) yor stories to that
-    n-gram at gamma 3 (a token tree under greedy decoding); amh: plain decoding. Other
-    languages have no route."""
+    n-gram at gamma 3 (a token tree under greedy decoding); swh_Latn (a FLORES-200 language the
+    bundled data lacks): self:1 at gamma 2; amh: plain decoding. Other languages have no route."""
     base = {"alpha": 0.5, "theoretical_f": 1.2, "predicted_speedup": 1.3, "source": "measured", "c": 0.1}
     routes = [{**base, "language": "yor", "task": t, "drafter": "self1", "spec": "self:1", "gamma": 2}
               for t in ("translation", "*")]  # fmt: skip
     if ngram:
         routes.append({**base, "language": "yor", "task": "story", "drafter": "bigram", "spec": f"ngram:{ngram}",
                        "gamma": 3})  # fmt: skip
+    routes.append({**base, "language": "swh_Latn", "task": "*", "drafter": "self1", "spec": "self:1", "gamma": 2})
     routes.append({**base, "language": "amh", "task": "*", "drafter": "none", "spec": "none", "gamma": 0})
     path.write_text(json.dumps({"version": 1, "target": "tiny", "min_speedup": 1.0, "routes": routes}))
     return str(path)

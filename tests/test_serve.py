@@ -22,6 +22,7 @@ from serve_helpers import Server, cli_result, generate_cli, get, post, with_chat
 PROMPT = "Ẹ kú àárọ̀, báwo ni"  # Yoruba: the classifier detects yor
 ENGLISH = "The weather is nice today and"
 AMHARIC = "እያንዳንዱ ሰው የዘር የቀለም"
+SWAHILI = "Watoto wengi wanapenda kusoma vitabu shuleni kila siku"
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +138,17 @@ def test_auto_uses_the_route_of_the_given_or_detected_language(setup, chat_serve
     _, _, _, eng = complete(chat_server, model, prompt=ENGLISH, max_tokens=8, extra_body={"drafter": "auto"})
     assert eng["detected_lang"] == "eng" and eng["drafter"] == "auto" and eng["proposed"] == 0
     assert eng["route"]["drafter"] == "none" and "no language" in eng["route"]["reason"]
+
+
+def test_auto_detects_and_routes_a_flores200_language_the_bundled_data_lacks(setup, chat_server):
+    """The server's classifier learns the router's languages too (SIB-200 from the corpora folder)."""
+    from babelspec.data.real import corpora_root
+
+    if corpora_root() is None:
+        pytest.skip("no corpora folder: the server cannot learn Swahili")
+    _, _, _, swh = complete(chat_server, setup["model"], prompt=SWAHILI, max_tokens=8, extra_body={"drafter": "auto"})
+    assert swh["detected_lang"] == "swh_Latn" and swh["lang_source"] == "detected"
+    assert swh["route"]["drafter"] == "self1" and swh["gamma"] == 2
 
 
 def test_greedy_auto_to_an_ngram_tree_answers_as_babelspec_generate(setup, chat_server):

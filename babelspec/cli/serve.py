@@ -45,7 +45,6 @@ def serve_command(
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        from babelspec.data.langid import OutputChecker
         from babelspec.drafters import make_drafter
         from babelspec.serve.protocol import APIError
         from babelspec.target import load_target
@@ -59,9 +58,8 @@ def serve_command(
         for spec in offers.values():
             if not is_auto(spec):
                 make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request
-        detector = OutputChecker.from_corpora([], use_langid=False).classifier
         worker = Scheduler(tgt, served_model_name or target, drafter=offers, router=router, queue_size=queue_size,
-                           request_timeout=request_timeout, detector=detector, batch=batch)  # fmt: skip
+                           request_timeout=request_timeout, detect=True, batch=batch)  # fmt: skip
     except APIError as err:
         typer.echo(f"error: {err.message}", err=True)
         raise typer.Exit(2) from None

@@ -110,11 +110,15 @@ def timeout_error(seconds: float) -> APIError:
 class Scheduler:
     def __init__(self, target: Any, model_id: str, *, drafter: str | list[str] | dict[str, str] = "none",
                  router: str | None = None, queue_size: int = 16, request_timeout: float = 600.0,
-                 detector: Any = None, metrics: Metrics | None = None, batch: int = 1) -> None:  # fmt: skip
+                 detector: Any = None, detect: bool = False, metrics: Metrics | None = None,
+                 batch: int = 1) -> None:  # fmt: skip
         """``drafter``: the drafters requests may choose from, fixed here (``parse_offers``);
         ``router``: the router of ``auto``, loaded here (else an ``auto:PATH`` entry's, else the
         installed default where ``auto`` is offered); ``batch``: requests that run at once,
-        sharing each target forward (``batching``; 1 where the target's forward cannot)."""
+        sharing each target forward (``batching``; 1 where the target's forward cannot);
+        ``detector``: the language classifier of requests that name no language, or, with
+        ``detect``, one trained here on the bundled languages and every language of the router
+        (SIB-200 text from the corpora folder for those the bundled data lacks)."""
         self.target, self.model_id = target, model_id
         self.offers = parse_offers(drafter)
         self.default_offer = next(iter(self.offers))
@@ -158,6 +162,11 @@ class Scheduler:
             except ValueError as err:
                 raise ValueError(f"{err}. Give the server --router runs/NAME/router.json (every `babelspec run` "
                                  "writes one)") from None  # fmt: skip
+        if detector is None and detect:
+            from babelspec.data.langid import OutputChecker
+
+            routed = sorted({r.language for r in self._router.routes}) if self._router else []
+            self.detector = OutputChecker.from_corpora(routed, use_langid=False).classifier
 
     # --- admission ---
     @property

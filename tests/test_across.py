@@ -1,0 +1,72 @@
+"""The "Across languages" numbers on rows with known answers, and the report section they make."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from babelspec.experiments.across import read_moscar, spearman, summarise
+
+
+def _rows(n: int = 30) -> list[dict]:
+    scripts = ["Latn", "Arab", "Deva"]
+    return [{
+        "language": f"l{i:02d}", "name": f"L{i}", "script": scripts[i % 3], "family": "A" if i < 10 else "B",
+        "drafter": "bigram", "gamma": 4, "speedup": 0.8 + 0.05 * i, "speedup_low": 0.7, "speedup_high": 2.5,
+        "alpha": 0.1 + 0.01 * i, "tv_per_char": 1.0 / (i + 1),
+        # speedup rises with web and training tokens, falls with tokens per character
+        "web_tokens": 10.0 ** (3 + i / 5), "train_tokens": 1e4 * (i + 1), "tokens_per_char": 5.0 - 0.1 * i,
+        "router_drafter": "none" if i < 4 else "bigram", "router_speedup": 1.0 if i < 4 else 0.8 + 0.05 * i,
+    } for i in range(n)]  # fmt: skip
+
+
+def test_summary_of_languages_with_known_answers() -> None:
+    s = summarise(_rows())
+    assert s["languages"] == 30 and s["below_one"] == 4  # 0.80, 0.85, 0.90, 0.95
+    assert [r["language"] for r in s["worst"][:3]] == ["l00", "l01", "l02"] and s["best"][0]["language"] == "l29"
+    assert s["speedup_quantiles"]["50"] == pytest.approx(0.8 + 0.05 * 14.5)
+    cor = {(c["metric"], c["proxy"]): c for c in s["correlations"]}
+    assert cor[("speedup", "web_tokens")]["rho"] == pytest.approx(1.0)
+    assert cor[("speedup", "tokens_per_char")]["rho"] == pytest.approx(-1.0)
+    assert cor[("tv_per_char", "train_tokens")]["rho"] == pytest.approx(-1.0)
+    assert cor[("speedup", "web_tokens")]["low"] == pytest.approx(1.0)  # a perfect rank order resamples to 1
+    family = {g["family"]: g for g in s["by_family"]}
+    assert family["A"]["languages"] == 10 and family["A"]["speedup_median"] == pytest.approx(0.8 + 0.05 * 4.5)
+    assert s["router"]["plain"] == 4 and s["router"]["p5"] >= 1.0  # the router leaves no language slower
+
+
+def test_spearman_interval_covers_a_noisy_relation_and_not_zero_when_strong() -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=200)
+    y = x + rng.normal(scale=1.0, size=200)
+    out = spearman(list(x), list(y))
+    assert 0.5 < out["low"] < out["rho"] < out["high"] < 0.85 and out["n"] == 200
+    assert math.isnan(spearman([1, 2, 3], [3, 2, 1])["rho"])  # too few languages for an interval
+
+
+def test_mOSCAR_table_is_read_and_a_file_without_one_is_an_error(tmp_path) -> None:
+    path = tmp_path / "m.md"
+    path.write_text("| Lang. name | Code | Family | Script | #documents | #images | # tokens |\n"
+                    "| --- | --- | --- | --- | --- | --- | --- |\n"
+                    "| Amharic                | amh_Ethi | Afro-Asiatic   | Ge‘ez      | 39,588     | 152,646     | 35,089,019     |\n")
+    assert read_moscar(path) == {"amh_Ethi": 35_089_019.0}
+    path.write_text("nothing here\n")
+    with pytest.raises(ValueError, match="no language table rows"):
+        read_moscar(path)
+
+
+def test_the_report_section() -> None:
+    from babelspec.report.blocks import Figure, to_markdown
+    from babelspec.report.build import _across_blocks
+
+    rows = _rows()
+    blocks = _across_blocks({"across": {**summarise(rows), "rows": rows, "missing": ["web_tokens: none"]}})
+    md = to_markdown(blocks)
+    assert md.startswith("## Across languages") and "5th-percentile language at 1.00x" in md
+    assert "leaves 4 of 30 languages at 1.0x" in md and "not available: web_tokens: none" in md
+    assert "| l00 | L0 | Latn | A | bigram | 4 | 0.80x [0.70, 2.50]" in md
+    assert any(isinstance(b, Figure) for b in blocks)
+    assert _across_blocks({}) == []  # a run with few languages has no such section
