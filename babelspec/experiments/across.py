@@ -170,23 +170,27 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def bigram_train_tokens(specs: dict[tuple[str, str], str], setting: str = "bigram") -> dict[str, float]:
-    """Target tokens each language's ``setting`` n-gram counted (its file's training record)."""
+def training_tokens(specs: dict[tuple[str, str], str]) -> dict[str, dict[str, float]]:
+    """Per language and n-gram setting, the target tokens its file counted (its training record;
+    a distilled n-gram's scored positions)."""
     from babelspec.ngram.model import NgramFileError, NgramModel
 
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for (name, lang), spec in specs.items():
-        if name != setting or not spec.startswith("ngram:"):
+        if not spec.startswith("ngram:"):
             continue
         path = spec.removeprefix("ngram:").split(",", 1)[0]
         try:
-            out[lang] = float(NgramModel.load(path, verify=False).training.get("tokens", math.nan))
+            training = NgramModel.load(path, verify=False).training
         except (NgramFileError, OSError):
             continue
+        tokens = training.get("tokens", training.get("positions"))
+        if isinstance(tokens, (int, float)):
+            out.setdefault(lang, {})[name] = float(tokens)
     return out
 
 
-def across_languages(analysis: dict[str, Any], specs: dict[tuple[str, str], str], config: dict[str, Any],
+def across_languages(analysis: dict[str, Any], config: dict[str, Any],
                      log: Callable[[str], None] = print, min_languages: int = MIN_LANGUAGES,
                      ) -> dict[str, Any] | None:  # fmt: skip
     """The "Across languages" numbers of a run with at least ``min_languages`` languages, else None.
@@ -209,7 +213,8 @@ def across_languages(analysis: dict[str, Any], specs: dict[tuple[str, str], str]
         fertility = tokens_per_char(load_tokenizer(config.get("target", "")), root, langs)
     else:
         missing.append("tokens_per_char: no SIB-200 under the run's data root")
-    rows = language_rows(analysis, bigram_train_tokens(specs), web, fertility)
+    counted = {lang: t["bigram"] for lang, t in analysis.get("training_tokens", {}).items() if "bigram" in t}
+    rows = language_rows(analysis, counted, web, fertility)
     log(f"across languages: {len(rows)} languages")
     return {**summarise(rows), "rows": rows, "missing": missing,
             "moscar": str(path) if path else ""}

@@ -11,7 +11,7 @@ from typing import Any
 
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
-from babelspec.experiments.across import MIN_LANGUAGES, across_languages
+from babelspec.experiments.across import MIN_LANGUAGES, across_languages, training_tokens
 from babelspec.experiments.divergence import resourcedness_correlation
 from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import STORE_NAME, Store
@@ -121,9 +121,11 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         "data": _provenance(meta.get("config", {})),
         "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
         "forward_seconds": _forward_samples(records),
+        # target tokens each n-gram drafter counted, per language and setting
+        "training_tokens": training_tokens(specs),
     }
     # a run with many languages: the distribution over them, proxies and the router's service level
-    result["across"] = across_languages(result, specs, meta.get("config", {}), log=lambda _: None,
+    result["across"] = across_languages(result, meta.get("config", {}), log=lambda _: None,
                                         min_languages=min_languages)
     return result
 
