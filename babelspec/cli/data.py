@@ -120,15 +120,15 @@ def _list_real(root: Path, tok, as_json: bool) -> None:
         typer.echo(f"{root}: no set in a known layout (sib200, ntrex, oldi-seed, flores-v1, tatoeba-laser)")
         return
     tok_col = "tokens" if tok is not None else ""
-    typer.echo(f"{'lang':5} {'source':14} {'code':9} {'split':8} {'sentences':>9} {'words':>8} "
+    typer.echo(f"{'lang':9} {'source':14} {'code':9} {'split':8} {'sentences':>9} {'words':>8} "
                f"{tok_col:>8} {'en words':>8}  domain")
     for code in LANGUAGES:
         mine = [r for r in rows if r["lang"] == code]
         for r in mine:
-            typer.echo(f"{code:5} {r['layout']:14} {r['code']:9} {r['split']:8} {r['sentences']:>9,} "
+            typer.echo(f"{code:9} {r['layout']:14} {r['code']:9} {r['split']:8} {r['sentences']:>9,} "
                        f"{r['words']:>8,} {str(r.get('tokens', '')):>8} {r['english_words']:>8,}  {r['domain']}")
         if mine:
-            typer.echo(f"{code:5} {'total':14} {'':9} {'':8} {sum(r['sentences'] for r in mine):>9,} "
+            typer.echo(f"{code:9} {'total':14} {'':9} {'':8} {sum(r['sentences'] for r in mine):>9,} "
                        f"{sum(r['words'] for r in mine):>8,}")
             typer.echo("")
     if missing:
