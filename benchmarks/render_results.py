@@ -2,11 +2,15 @@
 
     python benchmarks/render_results.py                 # docs/benchmark-results.md and the README headline
     python benchmarks/render_results.py --demo runs/demo  # first keep a demo run's headline as a results file
+    python benchmarks/render_results.py --flores200 runs/flores200  # first keep a wide run's "Across languages"
 
 Every ``benchmarks/results/*.json`` becomes one section of ``docs/benchmark-results.md``: its
 scalar settings, the machine it names, and each nested table as a Markdown table. The README's
 headline table (between its ``headline`` markers) comes from ``results/demo_quick.json``, which
-``--demo RUN`` writes from a run's ``analysis.json``. Nothing here is typed by hand.
+``--demo RUN`` writes from a run's ``analysis.json``; the "Across languages" tables of
+``docs/study.md`` (between its ``flores200`` markers) from ``results/flores200_study.json``, which
+``--flores200 RUN`` writes from a wide run's analysis, by the report's own section code. Nothing
+here is typed by hand.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ RESULTS = ROOT / "benchmarks" / "results"
 DEMO = RESULTS / "demo_quick.json"
 BEGIN, END = "<!-- headline:begin (benchmarks/render_results.py) -->", "<!-- headline:end -->"
 ENGINES_BEGIN, ENGINES_END = "<!-- engines:begin (benchmarks/render_results.py) -->", "<!-- engines:end -->"
+STUDY_BEGIN, STUDY_END = "<!-- flores200:begin (benchmarks/render_results.py) -->", "<!-- flores200:end -->"
+FLORES200 = RESULTS / "flores200_study.json"
 
 
 def _cell(value) -> str:
@@ -192,23 +198,61 @@ def keep_demo(run: Path) -> None:
     }, indent=1) + "\n")  # fmt: skip
 
 
+def keep_flores200(run: Path) -> None:
+    """A wide run's "Across languages" numbers (no text of any set: codes and numbers only)."""
+    a = json.loads((run / "analysis.json").read_text())
+    if not a.get("across"):
+        raise SystemExit(f"{run}: its analysis has no 'across' section (fewer than 20 languages?)")
+    meta = a["meta"]
+    FLORES200.write_text(json.dumps({
+        "benchmark": "flores200", "profile": meta.get("config", {}).get("name", ""),
+        "version": meta.get("versions", {}).get("babelspec", ""), "generations": a["n_records"],
+        "machines": a["machines"], "generation_seconds": a["wall_seconds_total"],
+        "stage_seconds": {"prepare": sum(v for k, v in meta.get("stage_seconds", {}).items() if k.startswith("prepare")),
+                          **{k: v for k, v in meta.get("stage_seconds", {}).items() if not k.startswith("prepare")}},
+        "across": a["across"],
+    }, indent=1, ensure_ascii=False) + "\n")  # fmt: skip
+
+
+def flores200_tables() -> str:
+    """The report's "Across languages" section of the kept wide run, its figure left to the report."""
+    from babelspec.report.blocks import Figure, to_markdown
+    from babelspec.report.build import across_blocks
+
+    run = json.loads(FLORES200.read_text())
+    machine = "; ".join(m["kind"] for m in run["machines"])
+    blocks = [b for b in across_blocks({"across": run["across"]})[1:] if not isinstance(b, Figure)]
+    stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
+    return "\n".join([
+        f"`configs/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
+        f"{run['version']}; stages: {stages}.", "", to_markdown(blocks).rstrip(),
+    ])  # fmt: skip
+
+
+def _fill(path: Path, begin: str, end: str, body: str) -> None:
+    text = path.read_text()
+    block = f"{begin}\n{body}\n{end}"
+    path.write_text(re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, text, flags=re.S))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", type=Path, help="a run directory whose headline to keep first")
+    parser.add_argument("--flores200", type=Path, help="a wide run directory whose 'Across languages' to keep first")
     args = parser.parse_args()
     if args.demo:
         keep_demo(args.demo)
+    if args.flores200:
+        keep_flores200(args.flores200)
     (ROOT / "docs" / "benchmark-results.md").write_text(benchmark_results())
     readme = ROOT / "README.md"
     text = readme.read_text()
     block = f"{BEGIN}\n{headline_table()}\n{END}"
     text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
     readme.write_text(text)
-    engines = ROOT / "docs" / "engines.md"
-    text = engines.read_text()
-    block = f"{ENGINES_BEGIN}\n{engines_tables()}\n{ENGINES_END}"
-    engines.write_text(re.sub(re.escape(ENGINES_BEGIN) + r".*?" + re.escape(ENGINES_END), lambda _: block, text,
-                              flags=re.S))  # fmt: skip
+    _fill(ROOT / "docs" / "engines.md", ENGINES_BEGIN, ENGINES_END, engines_tables())
+    if FLORES200.is_file():
+        _fill(ROOT / "docs" / "study.md", STUDY_BEGIN, STUDY_END, flores200_tables())
 
 
 if __name__ == "__main__":

@@ -60,13 +60,13 @@ def test_mOSCAR_table_is_read_and_a_file_without_one_is_an_error(tmp_path) -> No
 
 def test_the_report_section() -> None:
     from babelspec.report.blocks import Figure, to_markdown
-    from babelspec.report.build import _across_blocks
+    from babelspec.report.build import across_blocks
 
     rows = _rows()
-    blocks = _across_blocks({"across": {**summarise(rows), "rows": rows, "missing": ["web_tokens: none"]}})
+    blocks = across_blocks({"across": {**summarise(rows), "rows": rows, "missing": ["web_tokens: none"]}})
     md = to_markdown(blocks)
     assert md.startswith("## Across languages") and "5th-percentile language at 1.00x" in md
     assert "leaves 4 of 30 languages at 1.0x" in md and "not available: web_tokens: none" in md
     assert "| l00 | L0 | Latn | A | bigram | 4 | 0.80x [0.70, 2.50]" in md
     assert any(isinstance(b, Figure) for b in blocks)
-    assert _across_blocks({}) == []  # a run with few languages has no such section
+    assert across_blocks({}) == []  # a run with few languages has no such section

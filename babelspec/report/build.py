@@ -96,7 +96,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
         f"at most {cfg.get('max_new_tokens')} new tokens; sampling preset "
         f"`{cfg.get('sampling', {}).get('preset', '?')}`. Computed in {_measured_on(a, meta)}."
     ))  # fmt: skip
-    for section in (_headline_blocks, _across_blocks, _setting_blocks, _router_blocks, _figure_blocks,
+    for section in (_headline_blocks, across_blocks, _setting_blocks, _router_blocks, _figure_blocks,
                     _caveat_blocks):
         blocks += section(a)
     return blocks
@@ -198,7 +198,7 @@ def _language_table(rows: list[dict[str, Any]], caption: str) -> Table:
          for r in rows], caption=caption)  # fmt: skip
 
 
-def _across_blocks(a: dict[str, Any]) -> list[Block]:
+def across_blocks(a: dict[str, Any]) -> list[Block]:
     """A run with many languages: the distribution over them, the extremes, groups, proxies, router."""
     x = a.get("across")
     if not x:
