@@ -54,6 +54,9 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     begin, end = "<!-- engines:begin (benchmarks/render_results.py) -->", "<!-- engines:end -->"
     stale = engines[: engines.index(begin) + len(begin)] + "\n" + engines[engines.index(end) :]
     (copy / "docs" / "engines.md").write_text(stale)  # the tables left out: rendering fills them in
+    study = (ROOT / "docs" / "study.md").read_text()
+    begin2, end2 = "<!-- flores200:begin (benchmarks/render_results.py) -->", "<!-- flores200:end -->"
+    (copy / "docs" / "study.md").write_text(study[: study.index(begin2) + len(begin2)] + "\n" + study[study.index(end2) :])
     proc = subprocess.run([sys.executable, str(copy / "benchmarks" / "render_results.py")], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -62,6 +65,8 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     assert (copy / "README.md").read_text() == (ROOT / "README.md").read_text()  # the README is up to date
     assert tables == (ROOT / "docs" / "benchmark-results.md").read_text()  # and so are the tables
     assert (copy / "docs" / "engines.md").read_text() == engines and "| yor |" in engines  # and the engines' tables
+    assert (copy / "docs" / "study.md").read_text() == study and "## Across languages" not in study  # the wide run's
+    assert "Spearman ρ" in study
 
 
 def test_w8a8_target_runs(model, tmp_path):

@@ -170,18 +170,23 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def training_tokens(specs: dict[tuple[str, str], str]) -> dict[str, dict[str, float]]:
+def training_tokens(specs: dict[tuple[str, str], str], run_dir: str | Path | None = None) -> dict[str, dict[str, float]]:
     """Per language and n-gram setting, the target tokens its file counted (its training record;
-    a distilled n-gram's scored positions)."""
+    a distilled n-gram's scored positions). A spec's path may be relative to where the run ran:
+    it is looked for as given, then under ``run_dir``'s artifacts."""
     from babelspec.ngram.model import NgramFileError, NgramModel
 
     out: dict[str, dict[str, float]] = {}
     for (name, lang), spec in specs.items():
         if not spec.startswith("ngram:"):
             continue
-        path = spec.removeprefix("ngram:").split(",", 1)[0]
+        given = Path(spec.removeprefix("ngram:").split(",", 1)[0])
+        found = [p for p in (given, *([Path(run_dir) / "artifacts" / "ngram" / given.name] if run_dir else []))
+                 if p.is_file()]  # fmt: skip
         try:
-            training = NgramModel.load(path, verify=False).training
+            if not found:
+                continue
+            training = NgramModel.load(found[0], verify=False).training
         except (NgramFileError, OSError):
             continue
         tokens = training.get("tokens", training.get("positions"))

@@ -122,7 +122,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         "skips": [{"drafter": d, "language": la, "reason": r} for d, la, r in store.skips()],
         "forward_seconds": _forward_samples(records),
         # target tokens each n-gram drafter counted, per language and setting
-        "training_tokens": training_tokens(specs),
+        "training_tokens": training_tokens(specs, store.path.parent),
     }
     # a run with many languages: the distribution over them, proxies and the router's service level
     result["across"] = across_languages(result, meta.get("config", {}), log=lambda _: None,
