@@ -154,3 +154,5 @@ def test_a_flores200_language_runs_end_to_end_without_test_sentences_in_training
     across = a["across"]
     assert across["languages"] == 1 and across["rows"][0]["name"] == "Dyula"
     assert across["rows"][0]["train_tokens"] > 10_000 and across["rows"][0]["tokens_per_char"] > 0
+    moscar = CORPORA.parent / "resources" / "mOSCAR.md"  # named without this machine's paths
+    assert across["moscar"] == ("resources/mOSCAR.md" if moscar.is_file() else "")

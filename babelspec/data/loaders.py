@@ -26,6 +26,7 @@ import gzip
 import json
 import tarfile
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 from babelspec.data.languages import LANGUAGES, Language, get_language
@@ -297,6 +298,7 @@ _LAYOUT_DIRS: dict[str, tuple[str, str]] = {
 LAYOUTS = tuple(LAYOUT_CODES)
 
 
+@cache
 def _layout_codes(layout: str) -> dict[str, str]:
     """Our code -> the layout's code, for every language the layout can hold."""
     column = _TABLE_LAYOUTS.get(layout)

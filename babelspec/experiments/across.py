@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,16 @@ def moscar_path(data_root: str | Path | None) -> Path | None:
         if c and Path(c).is_file():
             return Path(c)
     return None
+
+
+def _where(path: Path | None, data_root: str | Path | None) -> str:
+    """Where the mOSCAR table was read, without this machine's paths: relative to the corpora
+    folder's parent, or the variable that named it."""
+    if path is None:
+        return ""
+    if data_root and path.resolve().is_relative_to(Path(data_root).resolve().parent):
+        return str(path.resolve().relative_to(Path(data_root).resolve().parent))
+    return f"${MOSCAR_ENV}"
 
 
 def read_moscar(path: str | Path) -> dict[str, float]:
@@ -153,9 +162,9 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
     correlations = []
     for metric in METRICS:
         for proxy in PROXIES:
-            x = [math.log10(r[proxy]) if proxy != "tokens_per_char" and r[proxy] > 0 else r[proxy] for r in rows]
+            # ranks: a log scale of the token counts would change nothing
             correlations.append({"metric": metric, "proxy": proxy,
-                                 **spearman(x, [r[metric] for r in rows], seed=seed)})
+                                 **spearman([r[proxy] for r in rows], [r[metric] for r in rows], seed=seed)})
     return {
         "languages": len(rows),
         "speedup_quantiles": {str(q): float(np.nanpercentile(speed, q)) for q in (5, 25, 50, 75, 95)} if rows else {},
@@ -196,8 +205,7 @@ def training_tokens(specs: dict[tuple[str, str], str], run_dir: str | Path | Non
 
 
 def across_languages(analysis: dict[str, Any], config: dict[str, Any],
-                     log: Callable[[str], None] = print, min_languages: int = MIN_LANGUAGES,
-                     ) -> dict[str, Any] | None:  # fmt: skip
+                     min_languages: int = MIN_LANGUAGES) -> dict[str, Any] | None:
     """The "Across languages" numbers of a run with at least ``min_languages`` languages, else None.
 
     A proxy that cannot be had (no corpora folder, no mOSCAR table) is left out and named in
@@ -220,6 +228,5 @@ def across_languages(analysis: dict[str, Any], config: dict[str, Any],
         missing.append("tokens_per_char: no SIB-200 under the run's data root")
     counted = {lang: t["bigram"] for lang, t in analysis.get("training_tokens", {}).items() if "bigram" in t}
     rows = language_rows(analysis, counted, web, fertility)
-    log(f"across languages: {len(rows)} languages")
     return {**summarise(rows), "rows": rows, "missing": missing,
-            "moscar": str(path) if path else ""}
+            "moscar": _where(path, root)}

@@ -125,8 +125,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         "training_tokens": training_tokens(specs, store.path.parent),
     }
     # a run with many languages: the distribution over them, proxies and the router's service level
-    result["across"] = across_languages(result, meta.get("config", {}), log=lambda _: None,
-                                        min_languages=min_languages)
+    result["across"] = across_languages(result, meta.get("config", {}), min_languages=min_languages)
     return result
 
 

@@ -176,7 +176,7 @@ def _headline_blocks(a: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-_PROXY_NAMES = {"web_tokens": "mOSCAR web tokens (log10)", "train_tokens": "bigram training tokens (log10)",
+_PROXY_NAMES = {"web_tokens": "mOSCAR web tokens", "train_tokens": "bigram training tokens",
                 "tokens_per_char": "target tokens per character ÷ English's"}
 _METRIC_NAMES = {"speedup": "held-out speedup", "alpha": "held-out α", "tv_per_char": "TV per character (bigram)"}
 
