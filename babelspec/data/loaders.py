@@ -201,17 +201,21 @@ def load_leipzig(path: str | Path, *, encoding: str = "utf-8") -> list[str]:
     return _leipzig_lines(path, _open_bytes(path), encoding)
 
 
-# FLORES uses ISO 639-3 + script; the macro-language codes of our registry map as follows.
-FLORES_CODES = {"amh": "amh_Ethi", "ber": "kab_Latn", "grn": "grn_Latn", "ibo": "ibo_Latn",
-                "npi": "npi_Deva", "oci": "oci_Latn", "que": "quy_Latn", "yor": "yor_Latn",
-                "zgh": "zgh_Tfng", "chr": "chr_Cher", "haw": "haw_Latn", "eng": "eng_Latn"}
+# FLORES+ files a language under its FLORES-200 code (the language table's), and adds codes
+# FLORES-200 lacks: Standard Moroccan Tamazight (zgh_Tfng, where FLORES-200 has tzm_Tfng),
+# Cherokee and Hawaiian.
+_FLORES_PLUS_CODES = {"zgh": "zgh_Tfng", "chr": "chr_Cher", "haw": "haw_Latn", "eng": "eng_Latn"}
+
+
+def _flores_code(code: str) -> str:
+    return _FLORES_PLUS_CODES.get(code) or LANGUAGES[code].flores or code
 
 
 def _flores_file(root: Path, code: str, split: str) -> Path:
     folder = root / split
     if not folder.is_dir():
         raise DataFormatError(f"{root}: no {split}/ folder; expected FLORES layout <root>/{{dev,devtest}}/<lang_Script>…")
-    prefix = FLORES_CODES.get(code, code)
+    prefix = _flores_code(code)
     found = sorted(p for p in folder.iterdir() if p.is_file() and p.name.split(".")[0] == prefix)
     if not found:
         names = ", ".join(sorted(p.name for p in folder.iterdir())[:8])
@@ -254,7 +258,7 @@ def load_flores_pairs(root: str | Path, lang: str | Language, split: str = "devt
     tgt = load_flores(root, lang, split, encoding=encoding)
     if len(en) != len(tgt):
         raise DataFormatError(
-            f"{root}/{split}: eng_Latn has {len(en)} lines but {FLORES_CODES.get(get_language(lang).code)} has "
+            f"{root}/{split}: eng_Latn has {len(en)} lines but {_flores_code(get_language(lang).code)} has "
             f"{len(tgt)}; FLORES files must be line-aligned"
         )
     return list(zip(en, tgt))
