@@ -187,7 +187,7 @@ class EngineLoop:
                 return
             for g, block in batch:  # each block alone: one sequence's fault fails no other
                 try:
-                    logits = self.shared.forward(block.ids, block.cache, block.logits_to_keep, block.parents)
+                    logits = self.shared.forward(block.ids, block.cache, block.logits_to_keep, block.parents, head=block.head)
                 except Exception as own:  # noqa: BLE001
                     self._resume(g, error=own)
                 else:
@@ -234,11 +234,11 @@ class _Slot(Forward):
         return self.loop.shared.new_cache()
 
     def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, past: int | None = None, head: Any = None) -> torch.Tensor:  # fmt: skip
         hub = self.loop._hub
         if hub is None or greenlet.getcurrent().parent is not hub:
-            return self.loop.shared.forward(ids, cache, logits_to_keep, parents)
-        return hub.switch(Block(ids, cache, logits_to_keep, parents))
+            return self.loop.shared.forward(ids, cache, logits_to_keep, parents, head=head)
+        return hub.switch(Block(ids, cache, logits_to_keep, parents, head))
 
     def tree_capacity(self, cache: LeanCache) -> float:
         return self.loop.shared.tree_capacity(cache)

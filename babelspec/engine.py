@@ -14,6 +14,8 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, Verdict, check_vocabulary
+from babelspec.forward import HeadRequest
+from babelspec.forward.certified import CERTIFIED_TOP_K
 from babelspec.sampling import Probs, SamplingConfig, draw_index, top_rows, warp
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
@@ -217,15 +219,38 @@ class Verification:
     rollback_seconds: float
 
 
+def head_request(target: Target, sampling: SamplingConfig, seq: np.ndarray, length: int, drafted: list[int],
+                 observes_top: int = 0) -> HeadRequest | None:  # fmt: skip
+    """What the verification of ``drafted`` after ``seq[:length]`` needs of the target's logits,
+    for a target with the certified head: the k largest (1 under greedy decoding, else top-k,
+    and at least the ``observes_top`` a drafter reads), and exactly every token the repetition
+    penalty may touch (the window before and the drafted tokens). None where all are needed
+    (top-k off: top-p and temperature alone need the full normaliser) or more than the head
+    certifies."""
+    if not target.certifies_head:
+        return None
+    k = 1 if sampling.greedy else sampling.top_k
+    if k == 0:
+        return None
+    k = max(k, observes_top)
+    if k > CERTIFIED_TOP_K:
+        return None
+    exact: tuple[int, ...] = ()
+    if sampling.repetition_penalty != 1.0 and sampling.repetition_window > 0:
+        exact = tuple(sorted(set(seq[max(0, length - sampling.repetition_window) : length].tolist()) | set(drafted)))
+    return HeadRequest(k, exact)
+
+
 def verify(target: Target, draft: Draft, seq: np.ndarray, length: int, sampling: SamplingConfig,
-           rng: np.random.Generator) -> Verification:  # fmt: skip
+           rng: np.random.Generator, observes_top: int = 0) -> Verification:  # fmt: skip
     """Verify ``draft`` after ``seq[:length]`` (the target caches all but its last, pending
     token) and judge it: Leviathan/Chen for a chain, SpecInfer's multi-candidate rule for a tree.
     The target's cache then holds the pending token and the accepted path."""
     drafted, pending = draft.tokens.tolist(), int(seq[length - 1])
+    head = head_request(target, sampling, seq, length, drafted, observes_top)
     if draft.is_tree:
         block = torch.from_numpy(np.concatenate([[-1], draft.parents + 1]))
-        logits = target.verify_tree([pending] + drafted, block)
+        logits = target.verify_tree([pending] + drafted, block, head=head)
         windows = None
         if sampling.repetition_penalty != 1.0 and sampling.repetition_window > 0:
             windows = _tree_windows(seq, length, drafted, draft.parents, sampling.repetition_window)
@@ -235,7 +260,7 @@ def verify(target: Target, draft: Draft, seq: np.ndarray, length: int, sampling:
         target.keep_path(length - 1, [0] + [i + 1 for i in path])
     else:
         seq[length : length + len(drafted)] = drafted
-        logits = target.checkpoint_and_verify([pending] + drafted)
+        logits = target.checkpoint_and_verify([pending] + drafted, head=head)
         n, next_token = accept_or_reject(warp(logits, sampling, seq, first_position=length), draft, rng)
         path, rejected = list(range(n)), n < len(drafted)
         t0 = time.perf_counter()
@@ -288,7 +313,7 @@ def generate(
         depth = draft.depth()
         if depth > k_max:
             raise RuntimeError(f"drafter {drafter.name!r} proposed {depth} tokens in a row, more than {k_max}")
-        v = verify(target, draft, seq, length, sampling, rng)
+        v = verify(target, draft, seq, length, sampling, rng, drafter.observes_top)
         # The drafter hears the verdict, and rolls back to the tokens kept.
         drafted = draft.tokens.tolist()
         kept = [drafted[i] for i in v.path]

@@ -130,18 +130,22 @@ class CausalLM:
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor | list[int], logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, head: Any = None) -> torch.Tensor:  # fmt: skip
         """Forward ``ids`` [n] after the cached tokens; float32 CPU logits of the last
         ``logits_to_keep`` positions (all when 0; none with the lean forward's ``CACHE_ONLY``),
         shape [n or logits_to_keep, vocab].
         ``parents`` [n] makes the block a token tree (``lean.LeanGemma3.forward``; with Hugging
         Face's forward, a mask and positions by depth where ``verifies_tree``); the cache then
-        holds every node until ``keep_path``."""
+        holds every node until ``keep_path``. ``head`` (a ``HeadRequest``): what the caller needs of
+        each row's logits, which a certified head computes alone (others as -inf)."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
         if parents is not None and not self.verifies_tree(ids.shape[1]):
             raise ValueError(self._no_tree_reason(ids.shape[1]))
         self.timer.start()
-        logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len).float()
+        if head is None:
+            logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len).float()
+        else:
+            logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len, head).float()
         self.timer.stop()
         # Sampling and the rejection test run on the CPU whatever the model's device: a few
         # rows of logits are cheap to move, and one generator then serves every device.

@@ -287,8 +287,10 @@ def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int
 
 
 def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries of the row ``x``, in no order (ties broken arbitrarily,
-    as by torch.topk).
+    """Ids of the k largest entries of the row ``x``, ascending; where several entries tie with
+    the k-th largest value, the lowest ids among them. The choice depends only on the values,
+    never on where the search looked, so a row whose other entries are -inf (the certified
+    head's) gives the full row's candidates; bf16 logits tie often at the 100th.
 
     On a large vocabulary one pass takes the maxima of 4,096 strided chunks, and only the k
     chunks with the largest maxima are searched: every entry of the top k lies in one of them
@@ -296,14 +298,27 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
     vocab = len(x)
     chunks = 4096
     length = vocab // chunks
-    if length < 16 or 4 * k > chunks:
-        return np.argpartition(x, vocab - k)[vocab - k :]
-    main = length * chunks  # x[l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
-    best = np.argpartition(x[:main].reshape(length, chunks).max(axis=0), chunks - k)[chunks - k :]
-    ids = (np.arange(0, main, chunks)[:, None] + best[None, :]).ravel()
-    if main < vocab:  # the columns after the last whole row of chunks are always candidates
-        ids = np.concatenate([ids, np.arange(main, vocab)])
-    return ids[np.argpartition(x[ids], len(ids) - k)[len(ids) - k :]]
+    pool = None  # the entries searched: all, or the k best chunks' (and the columns after them)
+    if not (length < 16 or 4 * k > chunks):
+        main = length * chunks  # x[l * chunks + c]: chunk c is {c, c + chunks, c + 2 chunks, ...}
+        maxima = x[:main].reshape(length, chunks).max(axis=0)
+        best = np.argpartition(maxima, chunks - k)[chunks - k :]
+        pool = (np.arange(0, main, chunks)[:, None] + best[None, :]).ravel()
+        if main < vocab:  # the columns after the last whole row of chunks are always candidates
+            pool = np.concatenate([pool, np.arange(main, vocab)])
+        kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
+        maxima[best] = -np.inf
+        if maxima.max() >= kth:  # a tie of the k-th may lie in another chunk: search them all
+            pool = None
+    values = x if pool is None else x[pool]
+    if pool is None:
+        kth = values[np.argpartition(values, vocab - k)[vocab - k :]].min()
+    above = np.flatnonzero(values >= kth)  # the entries above the k-th, and all its ties
+    if len(above) > k:  # the lowest ids among the ties
+        ties = above[values[above] == kth]
+        ties = ties[np.argsort(ties if pool is None else pool[ties])]
+        above = np.concatenate([above[values[above] > kth], ties[: k - int((values[above] > kth).sum())]])
+    return np.sort(above if pool is None else pool[above])
 
 
 def _penalised(values: np.ndarray, penalty: float) -> np.ndarray:

@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from babelspec.forward import CACHE_ONLY, ForwardOptions, LeanGemma3
+from babelspec.forward import CACHE_ONLY, ForwardOptions, HeadRequest, LeanGemma3
+from babelspec.forward.options import HEADS
 from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, load_model
@@ -35,7 +36,12 @@ class Target(CausalLM):
         self.timer.reset()  # prefill is timed apart from the decode forwards
         self.forward_tokens = []
 
-    def checkpoint_and_verify(self, tokens: list[int] | torch.Tensor) -> torch.Tensor:
+    @property
+    def certifies_head(self) -> bool:
+        """Whether this target's forward has the certified head (``load_target(head=...)``)."""
+        return self.impl.certifies_head
+
+    def checkpoint_and_verify(self, tokens: list[int] | torch.Tensor, head: HeadRequest | None = None) -> torch.Tensor:
         """Logits [len(tokens), vocab] after each of ``tokens``: the pending token followed by
         the drafted ones, so row i judges draft i and the last row gives the bonus token.
 
@@ -43,12 +49,12 @@ class Target(CausalLM):
         than one token on a cache that cannot be cropped); plain decoding never needs one."""
         if len(tokens) > 1:
             self.checkpoint()
-        return self.forward(tokens)
+        return self.forward(tokens, head=head)
 
-    def verify_tree(self, tokens: list[int], parents: torch.Tensor) -> torch.Tensor:
+    def verify_tree(self, tokens: list[int], parents: torch.Tensor, head: HeadRequest | None = None) -> torch.Tensor:
         """Logits [len(tokens), vocab] of a token tree in one forward: the pending token (parent
         -1) and the drafted nodes, each seeing only its ancestors (where ``verifies_tree``)."""
-        return self.forward(tokens, parents=parents)
+        return self.forward(tokens, parents=parents, head=head)
 
 
 PRECISIONS = ("w8a8",)  # target modes beside the loaded dtype's own
@@ -61,6 +67,7 @@ def load_target(
     dtype: str | torch.dtype | None = None,
     attention: str = "eager",
     precision: str | None = None,
+    head: str = "full",
 ) -> Target:
     """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``).
 
@@ -69,14 +76,23 @@ def load_target(
     products (MLP down-projections kept bf16) and the output head on int8 weights and int8
     activations (``forward.w8a8.quantize_w8a8``), calibrated on the bundled corpora's training pairs.
     Speculative decoding stays lossless with respect to this model: a block's rows get the bits
-    they get alone."""
+    they get alone.
+
+    ``head="certified"``: the bf16 target's greedy and top-k rows take the certified head
+    (``forward.certified``): the same logits where they matter, from an int8 pass."""
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
                          "or none for the loaded dtype's own")  # fmt: skip
+    if head not in HEADS:
+        raise ValueError(f"unknown output head {head!r}; use one of {', '.join(HEADS)}")
+    if head == "certified" and precision is not None:
+        raise ValueError("the certified head belongs to the bf16 target; use it without precision='w8a8'")
+    if head == "certified" and dtype in (None, "auto"):
+        dtype = "bfloat16"
     if precision == "w8a8" and dtype in (None, "auto"):
         dtype = "bfloat16"  # the mode is made from the bf16 model
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
-    target = Target(model, tokenizer)
+    target = Target(model, tokenizer, options=ForwardOptions(head=head) if head != "full" else None)
     if precision == "w8a8":
         if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
             raise ValueError("a w8a8 target needs the lean forward on the CPU (a Gemma-3 text model under eager "

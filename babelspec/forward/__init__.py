@@ -17,13 +17,15 @@ from typing import Any
 import torch
 
 from babelspec.forward.base import Forward
+from babelspec.forward.certified import CertifiedHead, HeadRequest, can_certify
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.forward.hf import HFForward
 from babelspec.forward.kernels import Linear, OutputHead
+from babelspec.forward.native import glue
 from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import QUANTIZATIONS
 
-__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "ForwardOptions", "HFForward", "LeanGemma3", "build_forward",
+__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "ForwardOptions", "HFForward", "HeadRequest", "LeanGemma3", "build_forward",
            "default_forward", "lean_forward"]
 
 
@@ -74,7 +76,15 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, options: Fo
         if type(model).__name__ != "Gemma3ForCausalLM" or head is None or head.bias is not None:
             return None
         linear = Linear(head.weight, options.pack, pad_row=options.fuse)
-        logits_of = OutputHead(linear, head.weight, model.config.final_logit_softcapping)
+        softcap = model.config.final_logit_softcapping
+        certified = None
+        if options.head == "certified":
+            if softcap is not None or not can_certify(head.weight):
+                raise ValueError("the certified head needs a bf16 head without soft-capping on a CPU with oneDNN's int8 "
+                                 f"product (this one: {head.weight.dtype} on {head.weight.device.type}); load the "
+                                 "target with dtype='bfloat16' or use head='full'")  # fmt: skip
+            certified = CertifiedHead(head.weight, linear, glue() if options.native else None)
+        logits_of = OutputHead(linear, head.weight, softcap, certified)
     return LeanGemma3(body, logits_of, options, quantize)
 
 

@@ -18,19 +18,22 @@ class Forward(ABC):
     batches: bool = False  # computes several sequences' blocks in one forward (``forward_many``)
     takes_target_rows: bool = False  # a drafter on it can take its target's cached rows (``cache_like``)
     prefills_without_logits: bool = False  # ``logits_to_keep=CACHE_ONLY`` caches a block and returns nothing
+    certifies_head: bool = False  # ``head`` requests may leave logits a caller does not need at -inf
 
     @abstractmethod
     def new_cache(self) -> Any: ...
 
     @abstractmethod
     def forward(self, ids: torch.Tensor, cache: Any, logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, past: int | None = None, head: Any = None) -> torch.Tensor:  # fmt: skip
         """Logits [n or logits_to_keep, vocab] of ``ids`` [1, n] after the ``past`` cached tokens;
-        ``parents`` [n] makes the block a token tree (each node sees its ancestors only)."""
+        ``parents`` [n] makes the block a token tree (each node sees its ancestors only);
+        ``head`` (a ``HeadRequest``): what the caller needs of every row's logits, where the
+        forward ``certifies_head`` (others compute them all)."""
 
     def __call__(self, ids: torch.Tensor, cache: Any, logits_to_keep: int = 0,
-                 parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
-        return self.forward(ids, cache, logits_to_keep, parents, past)
+                 parents: torch.Tensor | None = None, past: int | None = None, head: Any = None) -> torch.Tensor:  # fmt: skip
+        return self.forward(ids, cache, logits_to_keep, parents, past, head)
 
     @abstractmethod
     def tree_capacity(self, cache: Any) -> float | None:

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
+from babelspec.forward.certified import HeadRequest
 from babelspec.forward.kernels import Linear, Linears, float32_attention_rows_agree
 from babelspec.forward.native import Glue, glue
 from babelspec.forward.options import ForwardOptions
@@ -60,6 +61,7 @@ class Block:
     cache: LeanCache
     logits_to_keep: int = 0
     parents: torch.Tensor | None = None
+    head: HeadRequest | None = None  # what the caller needs of each row's logits (``certifies_head``)
 
 
 @dataclass
@@ -166,11 +168,16 @@ class LeanGemma3(Forward):
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: LeanCache, logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, past: int | None = None,
+                head: HeadRequest | None = None) -> torch.Tensor:  # fmt: skip
         """Logits of ``ids`` [1, n] after the cached tokens. ``parents`` [n] (a token tree):
         entry i is the block index of token i's parent, -1 for the last cached token; each
         token then sees the cache and its own ancestors, at the position of its depth."""
-        return self.forward_many([Block(ids, cache, logits_to_keep, parents)])[0]
+        return self.forward_many([Block(ids, cache, logits_to_keep, parents, head)])[0]
+
+    @property
+    def certifies_head(self) -> bool:
+        return getattr(self.logits_of, "certified", None) is not None
 
     def tree_capacity(self, cache: LeanCache) -> float:
         return float("inf")  # every layer's mask is its own: any tree, any context
@@ -229,7 +236,9 @@ class LeanGemma3(Forward):
             keep = blocks[0].logits_to_keep
             if keep == CACHE_ONLY:  # a prefill: the 262k-column head is a sixth of its time
                 return [x.new_empty(0, 0)]
-            return [self.logits_of(x[:, -keep:] if keep else x)[0]]
+            rows = x[:, -keep:] if keep else x
+            head = blocks[0].head
+            return [self.logits_of(rows, [head] * rows.shape[1])[0] if head is not None else self.logits_of(rows)[0]]
         rows, start = [], 0
         for b in blocks:
             n = b.ids.shape[1]
@@ -238,7 +247,9 @@ class LeanGemma3(Forward):
             start += n
         if not any(r.shape[1] for r in rows):
             return [x.new_empty(0, 0) for _ in blocks]
-        logits = self.logits_of(torch.cat(rows, 1))[0]
+        requests = [b.head for b, r in zip(blocks, rows) for _ in range(r.shape[1])]
+        hidden = torch.cat(rows, 1)
+        logits = (self.logits_of(hidden, requests) if any(r is not None for r in requests) else self.logits_of(hidden))[0]
         return list(logits.split([r.shape[1] for r in rows]))
 
     def batch_rows(self, limit: int) -> int:

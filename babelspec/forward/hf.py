@@ -31,7 +31,7 @@ class HFForward(Forward):
         return cache
 
     def forward(self, ids: torch.Tensor, cache: Any, logits_to_keep: int = 0,
-                parents: torch.Tensor | None = None, past: int | None = None) -> torch.Tensor:  # fmt: skip
+                parents: torch.Tensor | None = None, past: int | None = None, head: Any = None) -> torch.Tensor:  # fmt: skip
         tree = self._tree_inputs(parents, past or 0) if parents is not None else {}
         out = self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=logits_to_keep, **tree)
         return out.logits[0]

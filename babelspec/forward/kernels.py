@@ -19,12 +19,17 @@ class OutputHead:
     """A Gemma-3 LM's output head: the product (``Linear``, or ``W8A8Linear`` in a W8A8
     target), then the model's final logit soft-capping where it has one."""
 
-    __slots__ = ("project", "weight", "softcap")
+    __slots__ = ("project", "weight", "softcap", "certified")
 
-    def __init__(self, project: Any, weight: torch.Tensor, softcap: float | None) -> None:
+    def __init__(self, project: Any, weight: torch.Tensor, softcap: float | None, certified: Any = None) -> None:
         self.project, self.weight, self.softcap = project, weight, softcap
+        self.certified = certified  # a ``CertifiedHead`` over the product (``ForwardOptions.head``)
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
+    def __call__(self, hidden: torch.Tensor, requests: list | None = None) -> torch.Tensor:
+        """Logits of ``hidden`` [1, rows, hidden]; ``requests`` (one ``HeadRequest`` or None per
+        row) let the certified head return only what each row asks for."""
+        if requests is not None and self.certified is not None and any(r is not None for r in requests):
+            return self.certified(hidden, requests)
         logits = self.project(hidden)
         if self.softcap is not None:
             logits = torch.tanh(logits / self.softcap) * self.softcap

@@ -85,3 +85,70 @@ void bs_qk_rope(long rows, long heads, long dim, const bf16 *qkv, long stride, c
         }
     }
 }
+
+/* The certified output head's candidate set for one row (babelspec/forward/certified.py says
+ * why it is exact). The approximate logits are a = a1 * t1 + a2 * t2 (the int8 product of the
+ * two activation levels, in double), each within
+ *   b = e * hr + s * ho + c * dn + extra + 2^-20 (|a1 t1| + |a2 t2|)
+ * of the exact one (per token: e, s, c; per row: hr, ho, dn, extra). L is the k-th largest
+ * lower bound a - b among the tokens not in ``skip`` (a min-heap of k doubles, ``heap``); the
+ * candidates are the tokens not in ``skip`` whose upper bound a + b reaches L - 2^-6 (|L| + 1).
+ * Writes their ids to ``out`` in ascending order and returns how many, or -1 once more than
+ * ``cap`` would be written or fewer than k tokens are outside ``skip`` (the caller then takes
+ * the full head). */
+typedef struct {
+    const float *a1, *a2, *e, *s, *c;
+    double t1, t2, hr, ho, dn, extra;
+} bound_args;
+
+static void sift_down(double *heap, long k, long i) {
+    for (;;) {
+        long l = 2 * i + 1, r = l + 1, m = i;
+        if (l < k && heap[l] < heap[m]) m = l;
+        if (r < k && heap[r] < heap[m]) m = r;
+        if (m == i) return;
+        double t = heap[i];
+        heap[i] = heap[m];
+        heap[m] = t;
+        i = m;
+    }
+}
+
+static inline double bound_at(const bound_args *g, long i, double *a) {
+    double x1 = (double)g->a1[i] * g->t1, x2 = (double)g->a2[i] * g->t2;
+    *a = x1 + x2;
+    return (double)g->e[i] * g->hr + (double)g->s[i] * g->ho + (double)g->c[i] * g->dn + g->extra
+           + 0x1p-20 * (fabs(x1) + fabs(x2));
+}
+
+long bs_certify(long v, long k, const float *a1, const float *a2, double t1, double t2, const float *e,
+                const float *s, const float *c, double hr, double ho, double dn, double extra,
+                const unsigned char *skip, double *heap, long cap, long *out) {
+    bound_args g = {a1, a2, e, s, c, t1, t2, hr, ho, dn, extra};
+    long filled = 0;
+    for (long i = 0; i < v; i++) {
+        if (skip[i]) continue;
+        double a, b = bound_at(&g, i, &a);
+        double lo = a - b;
+        if (filled < k) {
+            heap[filled++] = lo;
+            if (filled == k)
+                for (long j = k / 2 - 1; j >= 0; j--) sift_down(heap, k, j);
+        } else if (lo > heap[0]) {
+            heap[0] = lo;
+            sift_down(heap, k, 0);
+        }
+    }
+    if (filled < k) return -1;
+    double threshold = heap[0] - 0x1p-6 * (fabs(heap[0]) + 1.0);
+    long n = 0;
+    for (long i = 0; i < v; i++) {
+        if (skip[i]) continue;
+        double a, b = bound_at(&g, i, &a);
+        if (a + b >= threshold) {
+            if (n == cap) return -1;
+            out[n++] = i;
+        }
+    }
+    return n;
+}

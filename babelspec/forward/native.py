@@ -35,11 +35,12 @@ import torch
 from babelspec.models import cache_dir
 
 SOURCE = Path(__file__).with_name("native.c")
-_P, _L, _F = ctypes.c_void_p, ctypes.c_long, ctypes.c_float
-SIGNATURES = {
-    "bs_rms": [_L, _L, _P, _L, _P, _F, _P],
-    "bs_add_rms": [_L, _L, _P, _P, _P, _F, _P, _F, _P, _P],
-    "bs_qk_rope": [_L, _L, _L, _P, _L, _P, _F, _P, _P, _P],
+_P, _L, _F, _D = ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_double
+SIGNATURES = {  # name -> (argument types, result type)
+    "bs_rms": ([_L, _L, _P, _L, _P, _F, _P], None),
+    "bs_add_rms": ([_L, _L, _P, _P, _P, _F, _P, _F, _P, _P], None),
+    "bs_qk_rope": ([_L, _L, _L, _P, _L, _P, _F, _P, _P, _P], None),
+    "bs_certify": ([_L, _L, _P, _P, _D, _D, _P, _P, _P, _D, _D, _D, _D, _P, _P, _L, _P], _L),
 }
 
 
@@ -90,11 +91,12 @@ class Glue:
 
     def __init__(self, library: Path) -> None:
         self.lib = ctypes.CDLL(str(library))
-        for name, argtypes in SIGNATURES.items():
+        for name, (argtypes, restype) in SIGNATURES.items():
             function = getattr(self.lib, name)
-            function.argtypes, function.restype = argtypes, None
+            function.argtypes, function.restype = argtypes, restype
         self._rms, self._add_rms = self.lib.bs_rms, self.lib.bs_add_rms
         self._qk_rope = self.lib.bs_qk_rope
+        self._certify = self.lib.bs_certify
 
     @staticmethod
     def usable(x: torch.Tensor) -> bool:
@@ -129,6 +131,23 @@ class Glue:
         self._qk_rope(rows, heads, dim, qkv.data_ptr(), qkv.shape[-1], scale.data_ptr(), eps, cos.data_ptr(),
                       sin.data_ptr(), out.data_ptr())  # fmt: skip
         return out
+
+
+    def certify(self, k: int, sums: tuple[torch.Tensor, torch.Tensor], scales: tuple[float, float],
+                per_token: tuple[torch.Tensor, torch.Tensor, torch.Tensor], per_row: tuple[float, float, float, float],
+                skip: torch.Tensor, cap: int) -> torch.Tensor | None:  # fmt: skip
+        """The certified head's candidates of one row (``bs_certify``): the token ids, ascending,
+        that may hold one of the ``k`` largest logits outside ``skip`` [vocab] (uint8); None where
+        more than ``cap`` (or fewer than ``k`` tokens outside ``skip``). ``sums``: the int8 sums
+        of the two activation levels (float32 [vocab]), ``scales`` theirs; ``per_token``: the
+        bound's factors e, s, c (float32 [vocab]); ``per_row``: hr, ho, dn, extra."""
+        heap = torch.empty(k, dtype=torch.float64)
+        out = torch.empty(cap, dtype=torch.long)
+        e, s, c = per_token
+        n = self._certify(sums[0].numel(), k, sums[0].data_ptr(), sums[1].data_ptr(), *scales, e.data_ptr(),
+                          s.data_ptr(), c.data_ptr(), *per_row, skip.data_ptr(), heap.data_ptr(), cap,
+                          out.data_ptr())  # fmt: skip
+        return None if n < 0 else out[:n]
 
 
 @lru_cache(maxsize=1)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+HEADS = ("full", "certified")  # ``ForwardOptions.head``
 MERGE_MAX_TOKENS = 16  # the default merge limit (``ForwardOptions.merge_max_tokens``)
 NATIVE_ENV = "BABELSPEC_NATIVE"  # "0": the default options keep the torch operations (``native=False``)
 
@@ -29,6 +30,11 @@ class ForwardOptions:
     cache, where they give a block's rows a decode step's bits (``benchmarks/results/native_glue.json``);
     it needs ``fuse``.
 
+    ``head``: ``"full"`` computes every logit; ``"certified"`` (``forward.certified``) gives rows
+    whose caller asks only for the k largest logits (greedy, top-k sampling) those exactly, from
+    an int8 pass and exact products on the candidates its error bound keeps. Full by default:
+    ``babelspec bench forward --heads full,certified`` measured it no faster on a 2-core Zen 4.
+
     ``merge_max_tokens``: blocks of at most this many tokens (decode steps and verifications) run
     the merges and the glue; longer ones (prefills) run Hugging Face's products one for one, so
     the cache a generation starts from is Hugging Face's bit for bit. The merges reorder oneDNN's
@@ -42,7 +48,10 @@ class ForwardOptions:
     fuse: bool = True
     native: bool = field(default_factory=native_default)
     merge_max_tokens: int = MERGE_MAX_TOKENS
+    head: str = "full"
 
     def __post_init__(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"unknown output head {self.head!r}; use one of {', '.join(HEADS)}")
         if not isinstance(self.merge_max_tokens, int) or self.merge_max_tokens < 1:
             raise ValueError(f"merge_max_tokens must be a positive whole number of tokens, not {self.merge_max_tokens!r}")
