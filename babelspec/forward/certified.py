@@ -28,6 +28,7 @@ Rows whose candidates pass ``cap`` take the full head, and the head counts them.
 from __future__ import annotations
 
 import collections
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -41,6 +42,7 @@ CERTIFIED_TOP_K = 100  # the largest top-k certified: the paper's
 CANDIDATE_CAP = 16384  # more candidates than this: the row takes the full head (6 % of its bytes)
 BOUND_TERMS = ("weights", "activations", "rounding")  # every term of the error bound (``CertifiedHead``)
 _ROUND_UP = 1.0 + 2.0**-20  # float64 norms stored as float32, rounded up past any rounding
+LEFT_OUT = -(2.0**100)  # an approximate sum that puts a token far below any logit: left out of the search
 OUTLIERS = 16  # a hidden state's largest channels, bounded one by one (|e_rj| <= s_r / 2)
 
 
@@ -94,9 +96,10 @@ class CertifiedHead:
         self.stats = HeadStats()
         self.terms = frozenset(terms)
         rows, self.scales, self.e, self.c, self.rounding = _quantize(self.weight)
+        # the bound's per-token factors as the C search reads them: bf16, rounded up
+        self.factors = tuple(_bf16_up(v) for v in (self.e, self.scales, self.c))
         self.packed = torch.ops.onednn.qlinear_prepack(rows, [1, rows.shape[1]])
         self.zeros = torch.zeros(rows.shape[0], dtype=torch.long)
-        self._skip = torch.zeros(rows.shape[0], dtype=torch.uint8)
 
     def __call__(self, hidden: torch.Tensor, requests: Sequence[HeadRequest | None]) -> torch.Tensor:
         """Logits [..., rows, vocab] (bf16) of ``hidden`` [..., rows, hidden]: row i certified for
@@ -153,13 +156,14 @@ class CertifiedHead:
         """Fill ``out`` [vocab] with the exact logits of the row's candidates and of the
         request's exact tokens; False (``out`` untouched) where the candidates pass the cap."""
         exact = torch.tensor(sorted(set(request.exact)), dtype=torch.long)
-        if len(exact) and (int(exact[0]) < 0 or int(exact[-1]) >= out.shape[0]):
-            raise ValueError(f"a head request names token ids outside the vocabulary [0, {out.shape[0]})")
-        self._skip[exact] = 1
-        try:
-            candidates = self._candidates(request.k, *approx)
-        finally:
-            self._skip[exact] = 0
+        vocab = out.shape[0]
+        if len(exact) and (int(exact[0]) < 0 or int(exact[-1]) >= vocab):
+            raise ValueError(f"a head request names token ids outside the vocabulary [0, {vocab})")
+        (a1, a2), per_row = approx
+        candidates = None
+        if request.k <= vocab - len(exact) and all(math.isfinite(v) for v in per_row):
+            a1[exact] = LEFT_OUT  # computed exactly anyway, and kept out of L: the penalty may move them
+            candidates = self._candidates(request.k, (a1, a2), per_row)
         if candidates is None:
             self.stats.fallbacks += 1
             return False
@@ -171,28 +175,29 @@ class CertifiedHead:
 
     def _candidates(self, k: int, sums: tuple[torch.Tensor, torch.Tensor],
                     per_row: tuple[float, ...]) -> torch.Tensor | None:  # fmt: skip
-        """The token ids outside the skip set that the bound cannot rule out of the k largest."""
+        """The token ids that the bound cannot rule out of the k largest (``bs_certify`` in C,
+        else the same search in torch operations, with the exact k-th largest lower bound)."""
         t1, t2, hr, ho, dn, extra = per_row
         if self.glue is not None:
-            return self.glue.certify(k, sums, (t1, t2), (self.e, self.scales, self.c), (hr, ho, dn, extra),
-                                     self._skip, self.cap)  # fmt: skip
+            return self.glue.certify(k, sums, (t1, t2), self.factors, (hr, ho, dn, extra), self.cap)
         x1, x2 = sums[0].double() * t1, sums[1].double() * t2
-        a = x1 + x2
-        b = (self.e.double() * hr + self.scales.double() * ho + self.c.double() * dn + extra
-             + 2.0**-20 * (x1.abs() + x2.abs()))  # fmt: skip
-        skip = self._skip.bool()
-        if int((~skip).sum()) < k:
-            return None
-        lower = torch.where(skip, float("-inf"), a - b)
-        bound = float(torch.topk(lower, k).values[-1])
+        w = self.e.double() * hr + self.scales.double() * ho + self.c.double() * dn
+        b = w + extra + 2.0**-18 * (x1.abs() + x2.abs() + w + extra)
+        bound = float(torch.topk(x1 + x2 - b, k).values[-1])
         threshold = bound - 2.0**-6 * (abs(bound) + 1.0)
-        candidates = torch.nonzero((a + b >= threshold) & ~skip).flatten()
+        candidates = torch.nonzero(x1 + x2 + b >= threshold).flatten()
         return None if len(candidates) > self.cap else candidates
 
 
 def can_certify(weight: torch.Tensor) -> bool:
     """Whether a head ``weight`` can be certified here: bf16 on a CPU with oneDNN's int8 product."""
     return weight.dtype == torch.bfloat16 and weight.device.type == "cpu" and weight.dim() == 2 and w8a8_available()
+
+
+def _bf16_up(x: torch.Tensor) -> torch.Tensor:
+    """Non-negative float32 values as the nearest bf16 values at or above them."""
+    bits = x.float().contiguous().view(torch.int32).to(torch.int64)
+    return ((bits + 0xFFFF) >> 16).to(torch.int16).view(torch.bfloat16)
 
 
 def _quantize(weight: torch.Tensor) -> tuple:

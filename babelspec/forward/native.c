@@ -3,6 +3,7 @@
  * it is built). Every function works row by row with the same arithmetic for every row, so a
  * row gets the same bits alone as in any block. Values round to bfloat16 where the composite
  * torch operations round (round to nearest even), and are computed in float32 in between. */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -87,67 +88,105 @@ void bs_qk_rope(long rows, long heads, long dim, const bf16 *qkv, long stride, c
 }
 
 /* The certified output head's candidate set for one row (babelspec/forward/certified.py says
- * why it is exact). The approximate logits are a = a1 * t1 + a2 * t2 (the int8 product of the
- * two activation levels, in double), each within
- *   b = e * hr + s * ho + c * dn + extra + 2^-20 (|a1 t1| + |a2 t2|)
- * of the exact one (per token: e, s, c; per row: hr, ho, dn, extra). L is the k-th largest
- * lower bound a - b among the tokens not in ``skip`` (a min-heap of k doubles, ``heap``); the
- * candidates are the tokens not in ``skip`` whose upper bound a + b reaches L - 2^-6 (|L| + 1).
- * Writes their ids to ``out`` in ascending order and returns how many, or -1 once more than
- * ``cap`` would be written or fewer than k tokens are outside ``skip`` (the caller then takes
- * the full head). */
+ * why it is exact). The approximate logits are a = a1 t1 + a2 t2 (the int8 sums of the two
+ * activation levels under their scales), each within
+ *   b = w + extra + 2^-18 (|a1 t1| + |a2 t2| + w + extra),   w = e hr + s ho + c dn
+ * of the exact one (per token: e, s, c, in bf16 rounded up; per row: hr, ho, dn, extra); the
+ * last term is more than every float32 rounding on the way, in any order of the sums. Tokens
+ * left out come with a1 = -2^100 (their bounds then lie far below any logit). L is at most the
+ * k-th largest lower bound a - b: the k-th largest of the maxima of blocks of 128 tokens (k
+ * blocks hold a token at least that high), or of all lower bounds where there are few blocks.
+ * The candidates are the tokens whose upper bound a + b reaches L - 2^-6 (|L| + 1); only
+ * blocks whose largest upper bound reaches it are read again. Writes their ids to ``out`` in
+ * ascending order and returns how many, or -1 once more than ``cap`` would be written (the
+ * caller then takes the full head). ``scratch`` holds v + 2 * (v / 128 + 2) floats. */
+#define CERTIFY_BLOCK 128
+
 typedef struct {
-    const float *a1, *a2, *e, *s, *c;
-    double t1, t2, hr, ho, dn, extra;
+    const float *a1, *a2;
+    const bf16 *e, *s, *c;
+    float t1, t2, hr, ho, dn, extra;
 } bound_args;
 
-static void sift_down(double *heap, long k, long i) {
-    for (;;) {
-        long l = 2 * i + 1, r = l + 1, m = i;
-        if (l < k && heap[l] < heap[m]) m = l;
-        if (r < k && heap[r] < heap[m]) m = r;
-        if (m == i) return;
-        double t = heap[i];
-        heap[i] = heap[m];
-        heap[m] = t;
-        i = m;
+/* the lower and upper bound of token i (inlined into the vectorised loops below; the bounds'
+ * slack covers any order of the sums) */
+#define BF16_TO_F(x) (((union { uint32_t u; float f; }){.u = (uint32_t)(x) << 16}).f)
+#define CERTIFY_BOUNDS(g, i, lo, hi)                                                                      \
+    float x1 = (g)->a1[i] * (g)->t1, x2 = (g)->a2[i] * (g)->t2;                                         \
+    float w = BF16_TO_F((g)->e[i]) * (g)->hr + BF16_TO_F((g)->s[i]) * (g)->ho + BF16_TO_F((g)->c[i]) * (g)->dn; \
+    float b = w + (g)->extra + 0x1p-18f * (fabsf(x1) + fabsf(x2) + w + (g)->extra);                      \
+    float lo = x1 + x2 - b, hi = x1 + x2 + b
+
+/* the largest lower and upper bounds of tokens [start, end) */
+__attribute__((optimize("O3", "fast-math"))) static void block_bounds(const bound_args *g, long start, long end,
+                                                                    float *low_max, float *up_max) {
+    float low = -FLT_MAX, up = -FLT_MAX;
+    for (long i = start; i < end; i++) {
+        CERTIFY_BOUNDS(g, i, lo, hi);
+        low = lo > low ? lo : low;
+        up = hi > up ? hi : up;
+    }
+    *low_max = low;
+    *up_max = up;
+}
+
+/* every token's lower bound into lower[0..v) */
+__attribute__((optimize("O3", "fast-math"))) static void all_lower(const bound_args *g, long v, float *lower) {
+    for (long i = 0; i < v; i++) {
+        CERTIFY_BOUNDS(g, i, lo, hi);
+        (void)hi;
+        lower[i] = lo;
     }
 }
 
-static inline double bound_at(const bound_args *g, long i, double *a) {
-    double x1 = (double)g->a1[i] * g->t1, x2 = (double)g->a2[i] * g->t2;
-    *a = x1 + x2;
-    return (double)g->e[i] * g->hr + (double)g->s[i] * g->ho + (double)g->c[i] * g->dn + g->extra
-           + 0x1p-20 * (fabs(x1) + fabs(x2));
-}
-
-long bs_certify(long v, long k, const float *a1, const float *a2, double t1, double t2, const float *e,
-                const float *s, const float *c, double hr, double ho, double dn, double extra,
-                const unsigned char *skip, double *heap, long cap, long *out) {
-    bound_args g = {a1, a2, e, s, c, t1, t2, hr, ho, dn, extra};
-    long filled = 0;
-    for (long i = 0; i < v; i++) {
-        if (skip[i]) continue;
-        double a, b = bound_at(&g, i, &a);
-        double lo = a - b;
-        if (filled < k) {
-            heap[filled++] = lo;
-            if (filled == k)
-                for (long j = k / 2 - 1; j >= 0; j--) sift_down(heap, k, j);
-        } else if (lo > heap[0]) {
-            heap[0] = lo;
-            sift_down(heap, k, 0);
+/* the k-th largest of x[0..n) (k <= n), reordering x: quickselect */
+static float kth_largest(float *x, long n, long k) {
+    long lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = x[lo + (hi - lo) / 2];
+        long i = lo, j = hi;
+        while (i <= j) {
+            while (x[i] > pivot) i++;
+            while (x[j] < pivot) j--;
+            if (i <= j) {
+                float t = x[i];
+                x[i++] = x[j];
+                x[j--] = t;
+            }
         }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else return x[want];
     }
-    if (filled < k) return -1;
-    double threshold = heap[0] - 0x1p-6 * (fabs(heap[0]) + 1.0);
-    long n = 0;
-    for (long i = 0; i < v; i++) {
-        if (skip[i]) continue;
-        double a, b = bound_at(&g, i, &a);
-        if (a + b >= threshold) {
-            if (n == cap) return -1;
-            out[n++] = i;
+    return x[want];
+}
+
+long bs_certify(long v, long k, const float *a1, const float *a2, float t1, float t2, const bf16 *e,
+                const bf16 *s, const bf16 *c, float hr, float ho, float dn, float extra, float *scratch, long cap,
+                long *out) {
+    bound_args g = {a1, a2, e, s, c, t1, t2, hr, ho, dn, extra};
+    long blocks = (v + CERTIFY_BLOCK - 1) / CERTIFY_BLOCK, few = blocks < 4 * k;
+    float *lower_max = scratch + v, *upper_max = scratch + v + blocks + 1;
+    for (long j = 0; j < blocks; j++) {
+        long end = (j + 1) * CERTIFY_BLOCK < v ? (j + 1) * CERTIFY_BLOCK : v;
+        block_bounds(&g, j * CERTIFY_BLOCK, end, lower_max + j, upper_max + j);
+    }
+    if (few) all_lower(&g, v, scratch);
+    long n = few ? v : blocks;
+    if (k > n) return -1;
+    float L = kth_largest(few ? scratch : lower_max, n, k);
+    float threshold = L - 0x1p-6f * (fabsf(L) + 1.0f);
+    n = 0;
+    for (long j = 0; j < blocks; j++) {
+        if (!(upper_max[j] >= threshold)) continue;
+        long end = (j + 1) * CERTIFY_BLOCK < v ? (j + 1) * CERTIFY_BLOCK : v;
+        for (long i = j * CERTIFY_BLOCK; i < end; i++) {
+            CERTIFY_BOUNDS(&g, i, lo, hi);
+            (void)lo;
+            if (hi >= threshold) {
+                if (n == cap) return -1;
+                out[n++] = i;
+            }
         }
     }
     return n;

@@ -40,7 +40,7 @@ SIGNATURES = {  # name -> (argument types, result type)
     "bs_rms": ([_L, _L, _P, _L, _P, _F, _P], None),
     "bs_add_rms": ([_L, _L, _P, _P, _P, _F, _P, _F, _P, _P], None),
     "bs_qk_rope": ([_L, _L, _L, _P, _L, _P, _F, _P, _P, _P], None),
-    "bs_certify": ([_L, _L, _P, _P, _D, _D, _P, _P, _P, _D, _D, _D, _D, _P, _P, _L, _P], _L),
+    "bs_certify": ([_L, _L, _P, _P, _F, _F, _P, _P, _P, _F, _F, _F, _F, _P, _L, _P], _L),
 }
 
 
@@ -134,19 +134,18 @@ class Glue:
 
 
     def certify(self, k: int, sums: tuple[torch.Tensor, torch.Tensor], scales: tuple[float, float],
-                per_token: tuple[torch.Tensor, torch.Tensor, torch.Tensor], per_row: tuple[float, float, float, float],
-                skip: torch.Tensor, cap: int) -> torch.Tensor | None:  # fmt: skip
+                per_token: tuple[torch.Tensor, ...], per_row: tuple[float, ...], cap: int) -> torch.Tensor | None:
         """The certified head's candidates of one row (``bs_certify``): the token ids, ascending,
-        that may hold one of the ``k`` largest logits outside ``skip`` [vocab] (uint8); None where
-        more than ``cap`` (or fewer than ``k`` tokens outside ``skip``). ``sums``: the int8 sums
-        of the two activation levels (float32 [vocab]), ``scales`` theirs; ``per_token``: the
-        bound's factors e, s, c (float32 [vocab]); ``per_row``: hr, ho, dn, extra."""
-        heap = torch.empty(k, dtype=torch.float64)
+        that may hold one of the ``k`` largest logits; None where more than ``cap``. ``sums``: the
+        int8 sums of the two activation levels (float32 [vocab], a token left out at -2**100),
+        ``scales`` theirs; ``per_token``: the bound's factors e, s, c (bf16 [vocab], rounded up);
+        ``per_row``: hr, ho, dn, extra."""
+        v = sums[0].numel()
+        scratch = torch.empty(v + 2 * (v // 128 + 2), dtype=torch.float32)
         out = torch.empty(cap, dtype=torch.long)
         e, s, c = per_token
-        n = self._certify(sums[0].numel(), k, sums[0].data_ptr(), sums[1].data_ptr(), *scales, e.data_ptr(),
-                          s.data_ptr(), c.data_ptr(), *per_row, skip.data_ptr(), heap.data_ptr(), cap,
-                          out.data_ptr())  # fmt: skip
+        n = self._certify(v, k, sums[0].data_ptr(), sums[1].data_ptr(), *scales, e.data_ptr(), s.data_ptr(),
+                          c.data_ptr(), *per_row, scratch.data_ptr(), cap, out.data_ptr())  # fmt: skip
         return None if n < 0 else out[:n]
 
 
