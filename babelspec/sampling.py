@@ -308,8 +308,10 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
             pool = np.concatenate([pool, np.arange(main, vocab)])
         kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
         maxima[best] = -np.inf
-        if maxima.max() >= kth:  # a tie of the k-th may lie in another chunk: search them all
-            pool = None
+        tied = np.flatnonzero(maxima >= kth)  # other chunks that may hold a tie of the k-th
+        if len(tied):
+            pool = np.concatenate([pool, (np.arange(0, main, chunks)[:, None] + tied[None, :]).ravel()])
+            kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
     values = x if pool is None else x[pool]
     if pool is None:
         kth = values[np.argpartition(values, vocab - k)[vocab - k :]].min()

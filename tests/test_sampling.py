@@ -103,3 +103,23 @@ def test_top_p_without_top_k_samples_by_the_cdf_not_multinomial(monkeypatch):
     probs = warp(logits, SamplingConfig(top_p=0.9))
     token = int(probs.sample(torch.Generator().manual_seed(1))[0])
     assert logits_to_probs(logits, SamplingConfig(top_p=0.9))[0, token] > 0
+
+
+def test_top_k_breaks_ties_at_the_kth_value_by_lowest_id_whatever_the_rest_of_the_row_holds():
+    """bf16 logits tie often at the 100th value: the warper keeps the lowest ids among the ties,
+    so its choice depends on the values only, and a row whose other entries are -inf (the
+    certified head's) selects what the full row selects."""
+    from babelspec.sampling import _top_candidates
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        vocab = int(rng.choice([50, 1000, 262144]))
+        x = np.round(rng.normal(size=vocab).astype(np.float32) * 4) / 4  # many ties
+        k = int(rng.integers(1, min(101, vocab)))
+        want = np.sort(np.lexsort((np.arange(vocab), -x))[:k])  # by value, then lowest id
+        got = _top_candidates(x, k)
+        assert np.array_equal(got, want)
+        sparse = np.full_like(x, -np.inf)
+        kept = np.flatnonzero(x >= x[want].min())
+        sparse[kept] = x[kept]
+        assert np.array_equal(_top_candidates(sparse, k), want)

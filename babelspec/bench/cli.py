@@ -42,6 +42,24 @@ def bench_engine(
     typer.echo(json.dumps(engine_overhead(steps=steps, gamma=gamma)))
 
 
+@bench_app.command("head")
+def bench_head(
+    target: str = typer.Option(DEFAULT_TARGET, help="Target model (bf16, a Gemma-3 text model)."),
+    positions: int = typer.Option(10_000, help="Positions of real text compared bit for bit, over the languages."),
+    languages: str = typer.Option("", help="Comma-separated language codes (default: every one with bundled text)."),
+    rounds: int = typer.Option(9, help="Rounds over every (head, block size)."),
+    output: str = typer.Option(None, help="Also write the JSON here."),
+) -> None:
+    """The certified output head against the full one, side by side: forwards, plain decoding
+    steps (greedy and the paper's sampling), the certificate per language, and exactness."""
+    from babelspec.bench.head import head_costs
+
+    codes = tuple(c.strip() for c in languages.split(",") if c.strip())
+    if positions < 1 or rounds < 1:
+        raise typer.BadParameter("--positions and --rounds must be >= 1")
+    _run(output, head_costs, target, codes, positions, rounds=rounds)
+
+
 @bench_app.command("forward")
 def bench_forward(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),

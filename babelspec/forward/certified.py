@@ -40,6 +40,10 @@ from babelspec.forward.quantize import w8a8_activation_levels, w8a8_available
 
 CERTIFIED_TOP_K = 100  # the largest top-k certified: the paper's
 CANDIDATE_CAP = 16384  # more candidates than this: the row takes the full head (6 % of its bytes)
+# For speed only (``babelspec bench head``): blocks of more rows take the full head, and so do rows
+# whose estimated bound passes the limit for k = 1 or for larger k (their candidates pass the cap)
+MAX_ROWS = 2
+BOUND_LIMITS = (2.4, 1.45)
 BOUND_TERMS = ("weights", "activations", "rounding")  # every term of the error bound (``CertifiedHead``)
 _ROUND_UP = 1.0 + 2.0**-20  # float64 norms stored as float32, rounded up past any rounding
 LEFT_OUT = -(2.0**100)  # an approximate sum that puts a token far below any logit: left out of the search
@@ -62,19 +66,24 @@ class HeadRequest:
 
 class HeadStats:
     """What the certified head did: rows certified, rows that fell back to the full head (their
-    candidates passed the cap), rows that asked for the full head, and the candidate-set sizes
-    of the last ``keep`` certified rows."""
+    candidates passed the cap), rows that took it without trying (a block too long, or a bound
+    estimated too wide), rows that asked for the full head, and the candidate-set sizes of the
+    last ``keep`` certified rows."""
 
     def __init__(self, keep: int = 100_000) -> None:
-        self.certified = self.fallbacks = self.full = 0
-        self.sizes: collections.deque[int] = collections.deque(maxlen=keep)
+        self.keep = keep
+        self.reset()
+
+    def reset(self) -> None:
+        self.certified = self.fallbacks = self.skipped = self.full = 0
+        self.sizes: collections.deque[int] = collections.deque(maxlen=self.keep)
 
     def summary(self) -> dict:
         sizes = sorted(self.sizes)
         pick = (lambda q: sizes[min(len(sizes) - 1, int(q * len(sizes)))]) if sizes else (lambda q: None)
-        asked = self.certified + self.fallbacks
-        return {"rows_certified": self.certified, "rows_fallback": self.fallbacks, "rows_full": self.full,
-                "fallback_rate": round(self.fallbacks / asked, 4) if asked else None,
+        asked = self.certified + self.fallbacks + self.skipped
+        return {"rows_certified": self.certified, "rows_fallback": self.fallbacks, "rows_skipped": self.skipped,
+                "rows_full": self.full, "fallback_rate": round((self.fallbacks + self.skipped) / asked, 4) if asked else None,
                 "candidates_median": pick(0.5), "candidates_p99": pick(0.99)}  # fmt: skip
 
 
@@ -82,10 +91,15 @@ class CertifiedHead:
     """The certified top-k head over a bf16 head ``weight`` [vocab, hidden]; ``full`` is the full
     head's product (rows without a request, and fallbacks). ``glue``: the C candidate search
     (``native``), else the same search in torch operations. ``terms``: the bound's terms, all of
-    them by default; fewer make a wrong bound, which the exactness test must catch."""
+    them by default; fewer make a wrong bound, which the exactness test must catch.
+
+    For speed only (the logits are exact either way): blocks of more than ``max_rows`` rows take
+    the full head, and so do rows whose bound, estimated from the hidden state before the int8
+    pass, passes ``limits`` (for k = 1, for larger k): their candidates would pass the cap."""
 
     def __init__(self, weight: torch.Tensor, full: Callable[[torch.Tensor], torch.Tensor], glue: Glue | None = None,
-                 cap: int = CANDIDATE_CAP, terms: Sequence[str] = BOUND_TERMS) -> None:  # fmt: skip
+                 cap: int = CANDIDATE_CAP, terms: Sequence[str] = BOUND_TERMS, max_rows: int = MAX_ROWS,
+                 limits: tuple[float, float] = BOUND_LIMITS) -> None:  # fmt: skip
         if unknown := set(terms) - set(BOUND_TERMS):
             raise ValueError(f"unknown bound terms {sorted(unknown)}; use some of {', '.join(BOUND_TERMS)}")
         if not can_certify(weight):
@@ -100,6 +114,8 @@ class CertifiedHead:
         self.factors = tuple(_bf16_up(v) for v in (self.e, self.scales, self.c))
         self.packed = torch.ops.onednn.qlinear_prepack(rows, [1, rows.shape[1]])
         self.zeros = torch.zeros(rows.shape[0], dtype=torch.long)
+        self.typical = (float(self.e.median()), float(self.scales.median()) / 2)  # the bound of a typical row, per |h_R|, |h_O|_1
+        self.max_rows, self.limits = max_rows, limits
 
     def __call__(self, hidden: torch.Tensor, requests: Sequence[HeadRequest | None]) -> torch.Tensor:
         """Logits [..., rows, vocab] (bf16) of ``hidden`` [..., rows, hidden]: row i certified for
@@ -108,6 +124,13 @@ class CertifiedHead:
         if len(requests) != flat.shape[0]:
             raise ValueError(f"{len(requests)} head requests for {flat.shape[0]} rows")
         asked = [i for i, r in enumerate(requests) if r is not None and r.k <= CERTIFIED_TOP_K]
+        if len(asked) > self.max_rows:
+            self.stats.skipped += len(asked)
+            asked = []
+        elif asked:
+            keep = self._promising(flat[asked], [requests[i].k for i in asked])
+            self.stats.skipped += len(asked) - sum(keep)
+            asked = [i for i, ok in zip(asked, keep) if ok]
         out = torch.full((flat.shape[0], self.weight.shape[0]), float("-inf"), dtype=self.weight.dtype)
         done = set()
         if asked:
@@ -117,10 +140,18 @@ class CertifiedHead:
                 if self._exact_row(flat[i], requests[i], out[i], approx):
                     done.add(i)
         rest = [i for i in range(flat.shape[0]) if i not in done]
-        self.stats.full += sum(1 for i in rest if i not in asked)
+        self.stats.full += sum(1 for i in rest if requests[i] is None)
         if rest:
             out[rest] = self.full(flat[rest].unsqueeze(0))[0]
         return out.view(*hidden.shape[:-1], -1)
+
+    def _promising(self, h: torch.Tensor, ks: list[int]) -> list[bool]:
+        """Whether each row's bound, estimated for a typical head row from ``h`` alone, stays
+        within ``limits``."""
+        magnitudes = h.float().abs().sort(dim=1, descending=True).values
+        estimate = (self.typical[0] * magnitudes[:, OUTLIERS:].norm(dim=1)
+                    + self.typical[1] * magnitudes[:, :OUTLIERS].sum(dim=1))  # fmt: skip
+        return [float(b) <= self.limits[0 if k == 1 else 1] for b, k in zip(estimate, ks)]
 
     def _approximate(self, h: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
         """The int8 pass over ``h`` [rows, hidden]: the two activation levels' scaled sums (float32
