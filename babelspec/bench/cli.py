@@ -47,7 +47,7 @@ def bench_head(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model (bf16, a Gemma-3 text model)."),
     positions: int = typer.Option(10_000, help="Positions of real text compared bit for bit, over the languages."),
     languages: str = typer.Option("", help="Comma-separated language codes (default: every one with bundled text)."),
-    rounds: int = typer.Option(9, help="Rounds over every (head, block size)."),
+    rounds: int = typer.Option(22, help="Rounds over every (head, block size), the languages in turn."),
     output: str = typer.Option(None, help="Also write the JSON here."),
 ) -> None:
     """The certified output head against the full one, side by side: forwards, plain decoding

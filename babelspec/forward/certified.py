@@ -40,9 +40,11 @@ from babelspec.forward.quantize import w8a8_activation_levels, w8a8_available
 
 CERTIFIED_TOP_K = 100  # the largest top-k certified: the paper's
 CANDIDATE_CAP = 16384  # more candidates than this: the row takes the full head (6 % of its bytes)
-# For speed only (``babelspec bench head``): blocks of more rows take the full head, and so do rows
-# whose estimated bound passes the limit for k = 1 or for larger k (their candidates pass the cap)
-MAX_ROWS = 2
+# For speed only (``babelspec bench head``): blocks of more rows take the full head (the int8 pass
+# over two activation levels per row grows with the rows: a 2-row block took 16.2 ms certified
+# against 12.7 ms full on a 2-core Zen 4), and so do rows whose estimated bound passes the limit
+# for k = 1 or for larger k (their candidates would pass the cap: Amharic's and Nepali's rows)
+MAX_ROWS = 1
 BOUND_LIMITS = (2.4, 1.45)
 BOUND_TERMS = ("weights", "activations", "rounding")  # every term of the error bound (``CertifiedHead``)
 _ROUND_UP = 1.0 + 2.0**-20  # float64 norms stored as float32, rounded up past any rounding
