@@ -83,6 +83,8 @@ def execution_plan(target: Any) -> dict[str, Any]:
                             "cache": dtype_name(cache) if cache is not None else weights}  # fmt: skip
     if getattr(target, "precision", None):
         plan["precision"] = target.precision
+    if getattr(impl, "certifies_head", False):
+        plan["head"] = "certified"  # greedy and top-k rows from the certified head (``forward.certified``)
     return plan
 
 
@@ -92,6 +94,8 @@ def describe_plan(plan: dict[str, Any] | None) -> str:
         return ""
     parts = [f"{plan.get('forward', '?')} forward", "C glue" if plan.get("glue") else "no C glue",
              f"{plan.get('cache', '?')} KV cache"]
+    if plan.get("head"):
+        parts.append(f"{plan['head']} output head")
     return ", ".join(parts)
 
 

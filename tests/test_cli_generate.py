@@ -54,7 +54,9 @@ def test_generate_with_auto_drafts_the_routers_gamma(tmp_path):
      (["--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'"),
      (["--dtype", "half"], "unknown dtype 'half'; choose one of auto, bfloat16, float32"),
      (["--precision", "int4"], "unknown target precision 'int4'; use one of w8a8"),
-     (["--precision", "w8a8", "--dtype", "float32"], "W8A8 quantizes a bfloat16 target; this one is torch.float32")],
+     (["--precision", "w8a8", "--dtype", "float32"], "W8A8 quantizes a bfloat16 target; this one is torch.float32"),
+     (["--head", "fast"], "unknown output head 'fast'; use one of full, certified"),
+     (["--head", "certified", "--dtype", "float32"], "load the target with dtype='bfloat16' or use head='full'")],
 )
 def test_generate_rejects_bad_input_with_a_message(args, message):
     proc = run("generate", "--prompt", "Hello", *args)
@@ -69,3 +71,14 @@ def test_generate_in_the_w8a8_target_mode_says_so():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["execution"]["precision"] == "w8a8" and out["n_tokens"] == 6 and out["text"]
+
+
+def test_generate_with_the_certified_head_gives_the_full_heads_tokens_and_says_so():
+    outs = []
+    for head in ("full", "certified"):
+        proc = run("generate", "--head", head, "--dtype", "bfloat16", "--max-new-tokens", "12", "--prompt", PROMPT,
+                   "--json")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads(proc.stdout))
+    assert outs[0]["token_ids"] == outs[1]["token_ids"] and len(outs[1]["token_ids"]) == 12
+    assert outs[1]["execution"]["plan"]["head"] == "certified" and "head" not in outs[0]["execution"]["plan"]

@@ -149,6 +149,7 @@ class ExperimentConfig:
     threads: int = 0  # torch threads; 0 = leave torch's default
     dtype: str = "auto"  # auto (bf16 where the hardware has it natively, else fp32) | bfloat16 | float32
     precision: str = ""  # a target mode: "" (the dtype's own) | w8a8 (target.load_target)
+    head: str = "full"  # the target's output head: full | certified (exact top-k from an int8 pass; bf16)
     shared_cache: bool = False  # prepared drafters in the user cache instead of runs/NAME
     ray: str = ""  # "" runs here; "auto" or HOST:PORT runs the units on that Ray cluster
     ray_workers: int = 0  # Ray workers (each `threads` threads); 0 = as many as the cluster holds
@@ -397,6 +398,10 @@ def validate(cfg: ExperimentConfig) -> None:
     need(
         cfg.precision in ("", "w8a8"),
         f"precision must be w8a8 or empty for the dtype's own (got {cfg.precision!r})",
+    )
+    need(
+        cfg.head in ("full", "certified"),
+        f"head must be full or certified (got {cfg.head!r})",
     )
     need(
         isinstance(cfg.max_new_tokens, int) and cfg.max_new_tokens >= 1,

@@ -302,4 +302,4 @@ def load_config_target(cfg: ExperimentConfig):
     """The run's verifier as the config asks for it: the driver and every worker load it so."""
     from babelspec.target import load_target
 
-    return load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision or None)
+    return load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision or None, head=cfg.head)
