@@ -313,8 +313,12 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
             pool = np.concatenate([pool, (np.arange(0, main, chunks)[:, None] + tied[None, :]).ravel()])
             kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
     values = x if pool is None else x[pool]
-    if pool is None:
-        kth = values[np.argpartition(values, vocab - k)[vocab - k :]].min()
+    if pool is None or np.isnan(kth):
+        top = np.argpartition(x, vocab - k)[vocab - k :]  # NaNs sort last: a broken row keeps them
+        kth = x[top].min()
+        if np.isnan(kth):  # which warping then refuses (``_check_finite``)
+            return np.sort(top)
+        values, pool = x, None
     above = np.flatnonzero(values >= kth)  # the entries above the k-th, and all its ties
     if len(above) > k:  # the lowest ids among the ties
         ties = above[values[above] == kth]
