@@ -306,25 +306,31 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
         pool = (np.arange(0, main, chunks)[:, None] + best[None, :]).ravel()
         if main < vocab:  # the columns after the last whole row of chunks are always candidates
             pool = np.concatenate([pool, np.arange(main, vocab)])
-        kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
+        kth = _kth_largest(x[pool], k)
         maxima[best] = -np.inf
         tied = np.flatnonzero(maxima >= kth)  # other chunks that may hold a tie of the k-th
         if len(tied):
             pool = np.concatenate([pool, (np.arange(0, main, chunks)[:, None] + tied[None, :]).ravel()])
-            kth = x[pool][np.argpartition(x[pool], len(pool) - k)[len(pool) - k :]].min()
-    values = x if pool is None else x[pool]
-    if pool is None or np.isnan(kth):
+            kth = _kth_largest(x[pool], k)
+        if np.isnan(kth):
+            pool = None
+    if pool is None:
         top = np.argpartition(x, vocab - k)[vocab - k :]  # NaNs sort last: a broken row keeps them
         kth = x[top].min()
         if np.isnan(kth):  # which warping then refuses (``_check_finite``)
             return np.sort(top)
-        values, pool = x, None
+    values = x if pool is None else x[pool]
     above = np.flatnonzero(values >= kth)  # the entries above the k-th, and all its ties
     if len(above) > k:  # the lowest ids among the ties
+        greater = above[values[above] > kth]
         ties = above[values[above] == kth]
         ties = ties[np.argsort(ties if pool is None else pool[ties])]
-        above = np.concatenate([above[values[above] > kth], ties[: k - int((values[above] > kth).sum())]])
+        above = np.concatenate([greater, ties[: k - len(greater)]])
     return np.sort(above if pool is None else pool[above])
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    return values[np.argpartition(values, len(values) - k)[len(values) - k :]].min()
 
 
 def _penalised(values: np.ndarray, penalty: float) -> np.ndarray:
