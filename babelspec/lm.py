@@ -142,10 +142,7 @@ class CausalLM:
         if parents is not None and not self.verifies_tree(ids.shape[1]):
             raise ValueError(self._no_tree_reason(ids.shape[1]))
         self.timer.start()
-        if head is None:
-            logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len).float()
-        else:
-            logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len, head).float()
+        logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len, head).float()
         self.timer.stop()
         # Sampling and the rejection test run on the CPU whatever the model's device: a few
         # rows of logits are cheap to move, and one generator then serves every device.
