@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from babelspec.forward.base import Forward
-from babelspec.forward.certified import CertifiedHead, HeadRequest, can_certify
+from babelspec.forward.certified import CertifiedHead, HeadRequest
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.forward.hf import HFForward
 from babelspec.forward.kernels import Linear, OutputHead
@@ -79,10 +79,8 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, options: Fo
         softcap = model.config.final_logit_softcapping
         certified = None
         if options.head == "certified":
-            if softcap is not None or not can_certify(head.weight):
-                raise ValueError("the certified head needs a bf16 head without soft-capping on a CPU with oneDNN's int8 "
-                                 f"product (this one: {head.weight.dtype} on {head.weight.device.type}); load the "
-                                 "target with dtype='bfloat16' or use head='full'")  # fmt: skip
+            if softcap is not None:
+                raise ValueError("the certified head needs a head without final logit soft-capping; use head='full'")
             certified = CertifiedHead(head.weight, linear, glue() if options.native else None)
         logits_of = OutputHead(linear, head.weight, softcap, certified)
     return LeanGemma3(body, logits_of, options, quantize)

@@ -110,7 +110,8 @@ class CertifiedHead:
             raise ValueError(f"unknown bound terms {sorted(unknown)}; use some of {', '.join(BOUND_TERMS)}")
         if not can_certify(weight):
             raise ValueError("the certified head needs a bf16 head on a CPU with oneDNN's int8 product "
-                             f"(this one: {weight.dtype} on {weight.device.type}, torch {torch.__version__})")  # fmt: skip
+                             f"(this one: {weight.dtype} on {weight.device.type}, torch {torch.__version__}); load the "
+                             "target with dtype='bfloat16' or use head='full'")  # fmt: skip
         self.weight, self.full, self.glue, self.cap = weight.detach(), full, glue, cap
         if not _gathered_rows_agree(self.weight, full):
             raise ValueError("the certified head cannot reproduce the full head's rounding on this CPU (a product on "
@@ -123,7 +124,7 @@ class CertifiedHead:
         self.factors = tuple(_bf16_up(v) for v in (self.e, self.scales, self.c))
         self.packed = torch.ops.onednn.qlinear_prepack(rows, [1, rows.shape[1]])
         self.zeros = torch.zeros(rows.shape[0], dtype=torch.long)
-        self.typical = (float(self.e.median()), float(self.scales.median()) / 2)  # the bound of a typical row, per |h_R|, |h_O|_1
+        self.typical = (float(self.e.median()), float(self.scales.median()))  # a typical row's e and s
         self.max_rows, self.limits = max_rows, limits
 
     def __call__(self, hidden: torch.Tensor, requests: Sequence[HeadRequest | None]) -> torch.Tensor:
@@ -136,14 +137,16 @@ class CertifiedHead:
         if len(asked) > self.max_rows:
             self.stats.skipped += len(asked)
             asked = []
-        elif asked:
-            keep = self._promising(flat[asked], [requests[i].k for i in asked])
-            self.stats.skipped += len(asked) - sum(keep)
-            asked = [i for i, ok in zip(asked, keep) if ok]
         out = torch.full((flat.shape[0], self.weight.shape[0]), float("-inf"), dtype=self.weight.dtype)
         done = set()
         if asked:
-            sums, per_row = self._approximate(flat[asked])
+            x = flat[asked].double()
+            channels = _channel_norms(x)
+            keep = self._promising(channels, [requests[i].k for i in asked])
+            self.stats.skipped += len(asked) - sum(keep)
+            asked, x, channels = [i for i, ok in zip(asked, keep) if ok], x[keep], (channels[0][keep], channels[1][keep])
+        if asked:
+            sums, per_row = self._approximate(x, channels)
             for j, i in enumerate(asked):
                 approx = (sums[0][j], sums[1][j]), tuple(float(v[j]) for v in per_row)
                 if self._exact_row(flat[i], requests[i], out[i], approx):
@@ -154,20 +157,17 @@ class CertifiedHead:
             out[rest] = self.full(flat[rest].unsqueeze(0))[0]
         return out.view(*hidden.shape[:-1], -1)
 
-    def _promising(self, h: torch.Tensor, ks: list[int]) -> list[bool]:
-        """Whether each row's bound, estimated for a typical head row from ``h`` alone, stays
-        within ``limits``."""
-        magnitudes = h.float().abs().sort(dim=1, descending=True).values
-        estimate = (self.typical[0] * magnitudes[:, OUTLIERS:].norm(dim=1)
-                    + self.typical[1] * magnitudes[:, :OUTLIERS].sum(dim=1))  # fmt: skip
+    def _promising(self, channels: tuple[torch.Tensor, torch.Tensor], ks: list[int]) -> list[bool]:
+        """Whether each row's bound, estimated for a typical head row from its hidden state's
+        ``channels`` (``_channel_norms``) alone, stays within ``limits``."""
+        estimate = self.typical[0] * channels[0] + self.typical[1] * channels[1]
         return [float(b) <= self.limits[0 if k == 1 else 1] for b, k in zip(estimate, ks)]
 
-    def _approximate(self, h: torch.Tensor) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, ...]]:
-        """The int8 pass over ``h`` [rows, hidden]: the two activation levels' scaled sums (float32
-        [rows, vocab] each), and per row the bound's factors (float64 [rows] each): the two
-        levels' scales, ``|h_R|`` (the channels but the ``OUTLIERS`` largest), half ``|h_O|_1``
-        (those), the activation's rounding ``|d|`` and the float32 sums' term."""
-        x = h.double()
+    def _approximate(self, x: torch.Tensor, channels: tuple[torch.Tensor, torch.Tensor]) -> tuple[tuple, tuple]:
+        """The int8 pass over the hidden states ``x`` [rows, hidden] (float64): the two activation
+        levels' scaled sums (float32 [rows, vocab] each), and per row the bound's factors
+        (float64 [rows] each): the two levels' scales, ``channels`` (``_channel_norms``) where
+        the weights' term is on, the activation's rounding ``|d|`` and the float32 sums' term."""
         levels = self.levels
 
         def level(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,13 +181,10 @@ class CertifiedHead:
         quantized = (torch.cat([p1, p2]) + levels + 1).to(torch.uint8)
         sums = torch.ops.onednn.qlinear_pointwise(quantized, 1.0, levels + 1, self.packed, self.scales, self.zeros,
                                                   None, 1.0, 0, torch.float32, "none", [], "")  # fmt: skip
-        rows = h.shape[0]
-        magnitudes = x.abs().sort(dim=1, descending=True).values
+        rows = x.shape[0]
         zero = torch.zeros(rows, dtype=torch.float64)
         weights = "weights" in self.terms
-        per_row = (t1.double(), t2.double(),
-                   magnitudes[:, OUTLIERS:].norm(dim=1) * _ROUND_UP if weights else zero,
-                   magnitudes[:, :OUTLIERS].sum(dim=1) * 0.5 * _ROUND_UP if weights else zero,
+        per_row = (t1.double(), t2.double(), channels[0] if weights else zero, channels[1] if weights else zero,
                    d.norm(dim=1) * _ROUND_UP if "activations" in self.terms else zero,
                    x.norm(dim=1) * self.rounding if "rounding" in self.terms else zero)  # fmt: skip
         return (sums[:rows], sums[rows:]), per_row
@@ -227,6 +224,15 @@ class CertifiedHead:
         threshold = bound - 2.0**-6 * (abs(bound) + 1.0)
         candidates = torch.nonzero(x1 + x2 + b >= threshold).flatten()
         return None if len(candidates) > self.cap else candidates
+
+
+def _channel_norms(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``x`` [rows, hidden] (float64), rounded up: ``|h_R|``, the norm of all channels
+    but the ``OUTLIERS`` largest, and half ``|h_O|_1``, the sum of those (the weights' term of the
+    bound is ``|e_r| |h_R| + s_r |h_O|_1 / 2``)."""
+    magnitudes = x.abs().sort(dim=1, descending=True).values
+    return (magnitudes[:, OUTLIERS:].norm(dim=1) * _ROUND_UP,
+            magnitudes[:, :OUTLIERS].sum(dim=1) * 0.5 * _ROUND_UP)  # fmt: skip
 
 
 def can_certify(weight: torch.Tensor) -> bool:
