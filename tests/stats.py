@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 from scipy.stats import chisquare
@@ -59,3 +61,29 @@ def chi_square_pvalue(counts, probs) -> float:
     if exp[-1] == 0:
         obs, exp = obs[:-1], exp[:-1]
     return float(chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+class LeanModel:
+    """A lean forward called as ``exact_pair_distribution`` calls a model: ``(ids) -> .logits``."""
+
+    def __init__(self, lean) -> None:
+        self.lean = lean
+
+    def __call__(self, ids: torch.Tensor) -> SimpleNamespace:
+        return SimpleNamespace(logits=self.lean.forward(ids, self.lean.new_cache()).float()[None])
+
+
+def sampled_pairs(target, drafter, prompt: list[int], config: SamplingConfig, seeds: range,
+                  vocab: int) -> tuple[torch.Tensor, int, int]:  # fmt: skip
+    """(counts of each (t1, t2) pair, flattened; drafted tokens; accepted ones): two tokens
+    generated speculatively at gamma 2 once per seed."""
+    from babelspec.engine import generate
+
+    counts = torch.zeros(vocab * vocab)
+    proposed = accepted = 0
+    for seed in seeds:
+        result = generate(target, drafter, prompt, gamma=2, max_new_tokens=2,
+                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))  # fmt: skip
+        counts[result.token_ids[0] * vocab + result.token_ids[1]] += 1
+        proposed, accepted = proposed + result.proposed, accepted + result.accepted
+    return counts, proposed, accepted

@@ -5,22 +5,19 @@ head, greedy and sampled, and speculative sampling follows the target's distribu
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
-from stats import chi_square_pvalue, exact_pair_distribution
+from stats import LeanModel, chi_square_pvalue, exact_pair_distribution, sampled_pairs
 from tiny import tiny_gemma3
 
+from babelspec.bench.head import bound_only, needed_logits_differ
 from babelspec.data import LANGUAGES, parallel
 from babelspec.data.corpus import languages_with_data
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate, head_request
-from babelspec.forward import ForwardOptions, HeadRequest, LeanGemma3
-from babelspec.forward.certified import CertifiedHead, can_certify
-from babelspec.forward.kernels import Linear, OutputHead
-from babelspec.forward.native import glue
+from babelspec.forward import ForwardOptions, HeadRequest
+from babelspec.forward.certified import can_certify
 from babelspec.models import DEFAULT_TARGET, load_model
 from babelspec.sampling import SamplingConfig, warp
 from babelspec.target import Target, load_target
@@ -64,29 +61,15 @@ def _compare(full: Target, certified: Target, texts: dict[str, list[int]]) -> tu
             chunk = ids[start : start + BLOCK]
             request = _requests(chunk, n)
             expected, got = full.forward(chunk), certified.forward(chunk, head=request)
-            for row, want in zip(got, expected):
-                rows += 1
-                kth = torch.topk(want, request.k).values[-1]
-                needed = (want >= kth).clone()  # the k largest and every tie of the k-th
-                needed[list(request.exact)] = True
-                computed = torch.isfinite(row)
-                if not (computed[needed].all() and torch.equal(row[computed], want[computed])):
-                    wrong += 1
+            rows += len(got)
+            wrong += sum(needed_logits_differ(row, want, request) for row, want in zip(got, expected))
     return rows, wrong
-
-
-def _certified(model, tokenizer, **settings) -> Target:
-    """The default model with a certified head built with ``settings`` (``CertifiedHead``)."""
-    weight = model.lm_head.weight
-    linear = Linear(weight, pad_row=True)
-    head = CertifiedHead(weight, linear, glue() if ForwardOptions().native else None, **settings)
-    return Target(model, tokenizer, impl=LeanGemma3(model.model, OutputHead(linear, weight, None, head)))
 
 
 def test_the_certified_head_gives_the_full_heads_top_k_bit_for_bit_on_real_text_in_every_paper_language(default_model):
     model, tokenizer = default_model
     # every row of every block certified: the speed limits (rows per block, estimated bounds) off
-    full, certified = Target(model, tokenizer), _certified(model, tokenizer, max_rows=BLOCK, limits=(1e9, 1e9))
+    full, certified = Target(model, tokenizer), bound_only(model, tokenizer, BLOCK)
     assert certified.certifies_head and not full.certifies_head
     assert Target(model, tokenizer, options=ForwardOptions(head="certified")).certifies_head
     texts = _texts(tokenizer, 90)
@@ -109,7 +92,7 @@ def test_a_bound_without_the_weights_rounding_is_caught_by_the_same_comparison(d
     """A bound that leaves out the weights' rounding (|e_r| |h_R| and the outliers' term) is
     wrong; the comparison above must find rows where it drops one of the k largest."""
     model, tokenizer = default_model
-    certified = _certified(model, tokenizer, terms=("activations", "rounding"), max_rows=BLOCK, limits=(1e9, 1e9))
+    certified = bound_only(model, tokenizer, BLOCK, terms=("activations", "rounding"))
     rows, wrong = _compare(Target(model, tokenizer), certified, _texts(tokenizer, 45))
     assert wrong > 0, f"a loosened bound went unseen on {rows} rows"
 
@@ -143,16 +126,6 @@ def test_head_requests_follow_the_sampling_settings(default_model):
     assert head_request(Target(model, tokenizer), PAPER, seq, 5, [3]) is None
 
 
-class _Lean:
-    """A lean forward called as ``exact_pair_distribution`` calls a model: ``(ids) -> .logits``."""
-
-    def __init__(self, lean) -> None:
-        self.lean = lean
-
-    def __call__(self, ids: torch.Tensor) -> SimpleNamespace:
-        return SimpleNamespace(logits=self.lean.forward(ids, self.lean.new_cache()).float()[None])
-
-
 def test_speculative_sampling_with_a_certified_target_and_verifier_follows_the_target_distribution():
     vocab = 12
     model = tiny_gemma3(vocab=vocab, layers=2, sliding_window=4, seed=3).to(torch.bfloat16)
@@ -160,19 +133,13 @@ def test_speculative_sampling_with_a_certified_target_and_verifier_follows_the_t
     target = Target(model, options=ForwardOptions(head="certified"))
     prompt = [4, 6, 4]
     config = SamplingConfig(temperature=0.9, top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=3)
-    exact = exact_pair_distribution(_Lean(Target(model).lean), prompt, config)  # the full head's
-    counts = torch.zeros(vocab * vocab)
-    proposed = accepted = 0
-    drafter = make_drafter("self:1", target)
-    for seed in range(3000, 5500):
-        result = generate(target, drafter, prompt, gamma=2, max_new_tokens=2,
-                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))  # fmt: skip
-        counts[result.token_ids[0] * vocab + result.token_ids[1]] += 1
-        proposed, accepted = proposed + result.proposed, accepted + result.accepted
+    exact = exact_pair_distribution(LeanModel(Target(model).lean), prompt, config)  # the full head's
+    counts, proposed, accepted = sampled_pairs(target, make_drafter("self:1", target), prompt, config,
+                                               range(3000, 5500), vocab)  # fmt: skip
     assert 0 < accepted < proposed
     assert target.impl.logits_of.certified.stats.certified > 0
     assert chi_square_pvalue(counts, exact) > 1e-3
-    hotter = exact_pair_distribution(_Lean(Target(model).lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
+    hotter = exact_pair_distribution(LeanModel(Target(model).lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
     assert chi_square_pvalue(counts, hotter) < 1e-9
 
 

@@ -5,11 +5,9 @@ equals its plain greedy decoding, and samples follow its own distribution."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
-from stats import chi_square_pvalue, exact_pair_distribution
+from stats import LeanModel, chi_square_pvalue, exact_pair_distribution, sampled_pairs
 from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3
 
 from babelspec.bench.agreement import greedy_agreement, teacher_forced_agreement
@@ -32,16 +30,6 @@ def _w8a8_target(vocab: int = 64, layers: int = 3, seed: int = 0, keep: tuple[st
     quantize_w8a8(target.lean, lambda: target.lean.forward(calibration, target.lean.new_cache()), keep=keep)
     target.reset()
     return target
-
-
-class _Lean:
-    """A lean forward called as ``exact_pair_distribution`` calls a model: ``(ids) -> .logits``."""
-
-    def __init__(self, lean) -> None:
-        self.lean = lean
-
-    def __call__(self, ids: torch.Tensor) -> SimpleNamespace:
-        return SimpleNamespace(logits=self.lean.forward(ids, self.lean.new_cache()).float()[None])
 
 
 def test_w8a8_integer_sums_are_exact_at_the_activation_range_it_chose() -> None:
@@ -110,16 +98,10 @@ def test_speculative_sampling_on_a_w8a8_target_follows_the_w8a8_distribution() -
     target = _w8a8_target(vocab=vocab, layers=2, seed=3)
     prompt = [4, 6, 4]
     config = SamplingConfig(temperature=0.9, top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=3)
-    exact = exact_pair_distribution(_Lean(target.lean), prompt, config)
+    exact = exact_pair_distribution(LeanModel(target.lean), prompt, config)
     bf16 = exact_pair_distribution(target.model, prompt, config)
-    drafter = make_drafter("self:1", target)
-    counts = torch.zeros(vocab * vocab)
-    proposed = accepted = 0
-    for seed in range(3000, 5500):
-        result = generate(target, drafter, prompt, gamma=2, max_new_tokens=2,
-                          sampling=SamplingConfig(**{**config.to_dict(), "seed": seed}))  # fmt: skip
-        counts[result.token_ids[0] * vocab + result.token_ids[1]] += 1
-        proposed, accepted = proposed + result.proposed, accepted + result.accepted
+    counts, proposed, accepted = sampled_pairs(target, make_drafter("self:1", target), prompt, config,
+                                               range(3000, 5500), vocab)  # fmt: skip
     assert 0 < accepted < proposed
     assert chi_square_pvalue(counts, exact) > 1e-3
     # the same samples tell apart a distribution that differs: the bf16 model's where W8A8 moved
@@ -127,7 +109,7 @@ def test_speculative_sampling_on_a_w8a8_target_follows_the_w8a8_distribution() -
     # AVX2-only CPU keep closer to it), and always the W8A8 model's own at another temperature
     if 0.5 * float((exact - bf16).abs().sum()) > 0.05:
         assert chi_square_pvalue(counts, bf16) < 1e-9
-    hotter = exact_pair_distribution(_Lean(target.lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
+    hotter = exact_pair_distribution(LeanModel(target.lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
     assert chi_square_pvalue(counts, hotter) < 1e-9
 
 

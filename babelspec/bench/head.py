@@ -13,6 +13,7 @@ import torch
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.forward import ForwardOptions, HeadRequest
+from babelspec.forward.certified import BOUND_TERMS, CertifiedHead
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
@@ -66,19 +67,28 @@ def _forward_times(targets: dict[str, Target], texts: list[list[int]], blocks: t
     return times
 
 
-def bound_only(model, tokenizer, block: int) -> Target:
+def bound_only(model, tokenizer, block: int, terms: tuple[str, ...] = BOUND_TERMS) -> Target:
     """``model`` with a certified head that certifies every row of blocks up to ``block`` rows,
-    whatever its estimated bound: the bound alone decides (the speed limits off)."""
+    whatever its estimated bound: the bound (its ``terms``) alone decides, the speed limits off."""
     from babelspec.forward import LeanGemma3
-    from babelspec.forward.certified import CertifiedHead
     from babelspec.forward.kernels import Linear, OutputHead
     from babelspec.forward.native import glue
 
     weight = model.lm_head.weight
     linear = Linear(weight, pad_row=True)
-    head = CertifiedHead(weight, linear, glue() if ForwardOptions().native else None, max_rows=block,
+    head = CertifiedHead(weight, linear, glue() if ForwardOptions().native else None, terms=terms, max_rows=block,
                          limits=(float("inf"), float("inf")))  # fmt: skip
     return Target(model, tokenizer, impl=LeanGemma3(model.model, OutputHead(linear, weight, None, head)))
+
+
+def needed_logits_differ(row: torch.Tensor, expected: torch.Tensor, request: HeadRequest) -> bool:
+    """Whether a certified ``row`` of logits differs from the full head's ``expected`` where
+    ``request`` needs it (the k largest, every tie of the k-th, the exact tokens), or anywhere it
+    returned a logit at all."""
+    needed = expected >= torch.topk(expected, request.k).values[-1]
+    needed[list(request.exact)] = True
+    computed = torch.isfinite(row)
+    return not (computed[needed].all() and torch.equal(row[computed], expected[computed]))
 
 
 def _exactness(full: Target, certified: Target, ids: list[int], block: int) -> tuple[int, int]:
@@ -91,12 +101,8 @@ def _exactness(full: Target, certified: Target, ids: list[int], block: int) -> t
         chunk = ids[start : start + block]
         request = _request("paper" if n % 2 else "greedy", ids[:start], chunk)
         want, got = full.forward(chunk), certified.forward(chunk, head=request)
-        for row, expected in zip(got, want):
-            rows += 1
-            needed = expected >= torch.topk(expected, request.k).values[-1]
-            needed[list(request.exact)] = True
-            computed = torch.isfinite(row)
-            wrong += int(not (computed[needed].all() and torch.equal(row[computed], expected[computed])))
+        rows += len(got)
+        wrong += sum(needed_logits_differ(row, expected, request) for row, expected in zip(got, want))
     return rows, wrong
 
 
