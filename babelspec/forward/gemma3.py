@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
 from babelspec.forward.certified import HeadRequest
-from babelspec.forward.kernels import Linear, Linears, float32_attention_rows_agree
+from babelspec.forward.kernels import Linear, Linears
 from babelspec.forward.native import Glue, glue
 from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import Int8Linear, W8A8Linear
@@ -134,20 +134,21 @@ class LeanGemma3(Forward):
                 norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
             if self.layers[-1].qkv.fused:
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
-        # bf16 blocks of up to ``merge_max_tokens`` rows (with the merges, which ``fuse`` turns off):
-        # the norms, residual adds and the queries' and keys' rotation in C (``native``), row by
-        # row, so a verification row still rounds as a decode row (``benchmarks/results/native_glue.json``)
-        if (options.native and fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
-                and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None for layer in self.layers)):  # fmt: skip
-            self.glue = glue()
-            # and attention in float32 over a float32 cache where MKL's float32 products give a
-            # block's rows a decode step's bits (``float32_attention_rows_agree``): oneDNN's bf16
-            # products pay 50-80 µs for each context length they have not seen, 2.5 ms of a
-            # 29 ms decode step (``benchmarks/results/native_glue.json``). The prefill still attends in
-            # bf16, on the cache's values cast back (exactly), as Hugging Face does
-            groups = self.heads // self.kv_heads
-            if self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
-                self.cache_dtype = torch.float32
+        # bf16 on the CPU with the merges: the exact path (``exact``). Every block, of any length
+        # (a decode step, a verification chain or tree, a prefill or its chunks, a batched slot),
+        # runs the stacked products (row-invariant with ``pad_row``: ``batch_rows``), the norms,
+        # residual adds and rotation row by row in C (``native``), and attention row by row with a
+        # decode step's order of operations (``bs_attend``; without the glue ``_attend_rows``, the
+        # same property in torch operations), over a bf16 cache: each row gets the bits it gets
+        # alone after the same cache, so speculative greedy output is plain greedy output, bit for
+        # bit, and a sampled draft is judged on the row plain decoding computes
+        self.exact = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+                      and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
+                              for layer in self.layers))  # fmt: skip
+        if self.exact:
+            self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
+            if options.native:
+                self.glue = glue()
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's
@@ -192,7 +193,7 @@ class LeanGemma3(Forward):
         and only attention runs per block, on the block's own cache. A lone block is computed
         op for op as before; in a batch a row rounds as alone where the products are
         row-invariant up to the batch's rows (``batch_rows``, which callers check)."""
-        merge = all(b.ids.shape[1] <= self.options.merge_max_tokens for b in blocks)  # blocks, not the batch
+        merge = self.exact or all(b.ids.shape[1] <= self.options.merge_max_tokens for b in blocks)  # blocks, not the batch
         ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
         preps = [self._prepare(b, x) for b in blocks]
@@ -289,11 +290,12 @@ class LeanGemma3(Forward):
         past = block.cache.get_seq_length()
         if block.parents is None:
             positions = torch.arange(past, past + n, device=x.device).unsqueeze(0)
-            masks = self._masks(past, n, x.dtype, x.device)
+            masks = self._visible(past, n, None, None) if self.exact else self._masks(past, n, x.dtype, x.device)
         else:
             ancestors, depth = tree_ancestors(block.parents)
             positions = (past + depth).to(x.device).unsqueeze(0)
-            masks = self._tree_masks(past, ancestors, depth, x.dtype, x.device)
+            masks = (self._visible(past, n, ancestors, depth) if self.exact
+                     else self._tree_masks(past, ancestors, depth, x.dtype, x.device))  # fmt: skip
         rope = {kind: self.rotary(x[:, :n], positions, kind) for kind in set(self.layer_types)}
         return _Prepared(n, block.cache, masks, rope)
 
@@ -350,6 +352,13 @@ class LeanGemma3(Forward):
                 layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
         """One block's attention on its cache, before the output product."""
         n = q.shape[2]
+        if self.exact:
+            past = layer_cache.length
+            layer_cache.append(k, v)
+            lo, visible = mask
+            if self.glue is not None:
+                return self.glue.attend(q, layer_cache.keys, layer_cache.values, past, lo, visible, self.scaling)
+            return self._attend_rows(q, layer_cache, past, lo, visible)
         keys, values = layer_cache.append(k, v)
         groups, length = self.heads // self.kv_heads, values.shape[2]
         # bf16 blocks: the query heads of a key/value head as rows of one product (``rows``),
@@ -383,6 +392,41 @@ class LeanGemma3(Forward):
         else:
             out = torch.matmul(weights, values)
         return out.transpose(1, 2).contiguous().reshape(1, n, -1).to(self.dtype)
+
+    def _attend_rows(self, q: torch.Tensor, layer_cache: LeanLayerCache, past: int, lo: torch.Tensor,
+                     visible: torch.Tensor) -> torch.Tensor:  # fmt: skip
+        """``bs_attend`` in torch operations (no C glue): each row of the block alone, its query
+        heads against the keys it sees gathered in cache order, the shapes of a decode step at its
+        position (one product per row: slower than the glue, the same row-invariance)."""
+        n, groups = q.shape[2], self.heads // self.kv_heads
+        keys, values = layer_cache.keys, layer_cache.values
+        outs = []
+        for i in range(n):
+            seen = torch.cat([torch.arange(int(lo[i]), past), past + torch.nonzero(visible[i]).flatten()])
+            k, v = keys[0, :, seen], values[0, :, seen]  # [kv_heads, keys, head_dim]
+            qi = q[0, :, i].reshape(self.kv_heads, groups, self.head_dim).float()
+            weights = torch.matmul(qi, k.float().transpose(1, 2)) * self.scaling
+            weights = F.softmax(weights, dim=-1, dtype=torch.float32)
+            outs.append(torch.matmul(weights, v.float()).reshape(1, 1, -1))
+        return torch.cat(outs, 1).to(self.dtype)
+
+    def _visible(self, past: int, n: int, ancestors: torch.Tensor | None, depth: torch.Tensor | None) -> dict[bool, Any]:
+        """What each row of a block sees, {sliding: (lo [n], mask [n, n] uint8)}: cache positions
+        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]`` (a chain: j <= i; a
+        tree: i's ancestors and i), keys a window or more behind the row's position left out in
+        sliding layers. ``ancestors``/``depth``: a token tree's (``tree_ancestors``), or None."""
+        if ancestors is None:  # a chain of n; its block index is its depth
+            ancestors = torch.ones(n, n, dtype=torch.bool).tril()
+            depth = torch.arange(n)
+        out = {}
+        for sliding in (False, True):
+            mask, lo = ancestors, torch.zeros(len(depth), dtype=torch.long)
+            if sliding and self.window is not None:
+                query = past + depth
+                lo = (query - self.window + 1).clamp(0, past)
+                mask = mask & ((past + depth)[None, :] > query[:, None] - self.window)
+            out[sliding] = (lo, mask.to(torch.uint8))
+        return out
 
     def _masks(self, past: int, n: int, dtype: torch.dtype, device: torch.device) -> dict[bool, Any]:
         """Additive masks {sliding: mask or None} for n queries after ``past`` cached tokens."""

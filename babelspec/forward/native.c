@@ -6,6 +6,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef uint16_t bf16;
@@ -190,4 +191,109 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
         }
     }
     return n;
+}
+
+/* Attention of a block's n query rows over a bf16 cache, each row with a decode step's
+ * arithmetic: row i's scores, softmax and weighted sum run over the keys it sees in ascending
+ * cache order, with the same operations in the same order whatever n is, which other rows the
+ * block holds and how many keys are cached after the row's own. So a row of a verification
+ * chain, a token tree, a prefill chunk or a batched slot gets the bits of the same row computed
+ * alone after the same cache.
+ *
+ * q: [kv_heads * groups, n, dim] bf16 (query heads of key/value head g are g*groups ..);
+ * keys, values: [kv_heads, cap, dim] bf16, the block's own keys already cached at past .. past+n;
+ * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
+ * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
+ * float32 (16 partial sums over dim, added in a fixed order), exp(s - max) by expf, summed in
+ * key order; the output is sum_p e_p v_p in key order, times 1 / sum. */
+#define DOT_LANES 16
+
+static inline float dot_q_k(const float *q, const bf16 *k, long dim) {
+    float acc[DOT_LANES] = {0};
+    long d = 0;
+    for (; d + DOT_LANES <= dim; d += DOT_LANES)
+        for (int l = 0; l < DOT_LANES; l++) acc[l] += q[d + l] * to_f(k[d + l]);
+    for (int l = 0; d < dim; d++, l++) acc[l] += q[d] * to_f(k[d]);
+    float s = 0.0f;
+    for (int l = 0; l < DOT_LANES; l++) s += acc[l];
+    return s;
+}
+
+#define ATTEND_TILE 16 /* rows whose keys are read together (the arithmetic is per row) */
+
+int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const bf16 *keys, const bf16 *values,
+              long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out) {
+    long heads = kv_heads * groups, span = past + n;
+    float *qf = malloc(sizeof(float) * ATTEND_TILE * groups * dim);
+    float *scores = malloc(sizeof(float) * ATTEND_TILE * groups * span);
+    float *acc = malloc(sizeof(float) * ATTEND_TILE * groups * dim);
+    long *count = malloc(sizeof(long) * ATTEND_TILE);
+    if (!qf || !scores || !acc || !count) {
+        free(qf), free(scores), free(acc), free(count);
+        return -1;
+    }
+    for (long kv = 0; kv < kv_heads; kv++) {
+        const bf16 *kb = keys + kv * cap * dim, *vb = values + kv * cap * dim;
+        for (long r0 = 0; r0 < n; r0 += ATTEND_TILE) {
+            long tile = n - r0 < ATTEND_TILE ? n - r0 : ATTEND_TILE, first = past;
+            for (long t = 0; t < tile; t++) {
+                long i = r0 + t;
+                first = lo[i] < first ? lo[i] : first;
+                count[t] = 0;
+                for (long h = 0; h < groups; h++) {
+                    const bf16 *qr = q + ((kv * groups + h) * n + i) * dim;
+                    for (long d = 0; d < dim; d++) qf[(t * groups + h) * dim + d] = to_f(qr[d]);
+                }
+            }
+            /* scores, key by key: each row's in its own key order */
+            for (long p = first; p < span; p++) {
+                const bf16 *k = kb + p * dim;
+                for (long t = 0; t < tile; t++) {
+                    long i = r0 + t;
+                    if (p < past ? p < lo[i] : !mask[i * n + (p - past)]) continue;
+                    for (long h = 0; h < groups; h++)
+                        scores[(t * groups + h) * span + count[t]] = dot_q_k(qf + (t * groups + h) * dim, k, dim) * scaling;
+                    count[t]++;
+                }
+            }
+            /* softmax numerators, in place; then their sums */
+            for (long t = 0; t < tile; t++)
+                for (long h = 0; h < groups; h++) {
+                    float *s = scores + (t * groups + h) * span, m = -INFINITY;
+                    for (long c = 0; c < count[t]; c++) m = s[c] > m ? s[c] : m;
+                    for (long c = 0; c < count[t]; c++) s[c] = expf(s[c] - m);
+                    memset(acc + (t * groups + h) * dim, 0, sizeof(float) * dim);
+                }
+            long *seen = malloc(sizeof(long) * tile);
+            if (!seen) {
+                free(qf), free(scores), free(acc), free(count);
+                return -1;
+            }
+            memset(seen, 0, sizeof(long) * tile);
+            for (long p = first; p < span; p++) {
+                const bf16 *v = vb + p * dim;
+                for (long t = 0; t < tile; t++) {
+                    long i = r0 + t;
+                    if (p < past ? p < lo[i] : !mask[i * n + (p - past)]) continue;
+                    for (long h = 0; h < groups; h++) {
+                        float e = scores[(t * groups + h) * span + seen[t]], *a = acc + (t * groups + h) * dim;
+                        for (long d = 0; d < dim; d++) a[d] += e * to_f(v[d]);
+                    }
+                    seen[t]++;
+                }
+            }
+            free(seen);
+            for (long t = 0; t < tile; t++)
+                for (long h = 0; h < groups; h++) {
+                    const float *s = scores + (t * groups + h) * span, *a = acc + (t * groups + h) * dim;
+                    float total = 0.0f;
+                    for (long c = 0; c < count[t]; c++) total += s[c];
+                    float inv = 1.0f / total;
+                    bf16 *o = out + ((r0 + t) * heads + kv * groups + h) * dim;
+                    for (long d = 0; d < dim; d++) o[d] = to_bf(a[d] * inv);
+                }
+        }
+    }
+    free(qf), free(scores), free(acc), free(count);
+    return 0;
 }

@@ -41,6 +41,7 @@ SIGNATURES = {  # name -> (argument types, result type)
     "bs_add_rms": ([_L, _L, _P, _P, _P, _F, _P, _F, _P, _P], None),
     "bs_qk_rope": ([_L, _L, _L, _P, _L, _P, _F, _P, _P, _P], None),
     "bs_certify": ([_L, _L, _P, _P, _F, _F, _P, _P, _P, _F, _F, _F, _F, _P, _L, _P], _L),
+    "bs_attend": ([_L, _L, _L, _L, _P, _P, _P, _L, _L, _P, _P, _F, _P], ctypes.c_int),
 }
 
 
@@ -97,6 +98,7 @@ class Glue:
         self._rms, self._add_rms = self.lib.bs_rms, self.lib.bs_add_rms
         self._qk_rope = self.lib.bs_qk_rope
         self._certify = self.lib.bs_certify
+        self._attend = self.lib.bs_attend
 
     @staticmethod
     def usable(x: torch.Tensor) -> bool:
@@ -132,6 +134,23 @@ class Glue:
                       sin.data_ptr(), out.data_ptr())  # fmt: skip
         return out
 
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, lo: torch.Tensor,
+               mask: torch.Tensor, scaling: float) -> torch.Tensor:  # fmt: skip
+        """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the cache buffers ``keys``
+        and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
+        each row with a decode step's arithmetic (``bs_attend``): row i sees cache positions
+        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``."""
+        q = q.contiguous()
+        _, heads, n, dim = q.shape
+        kv_heads, capacity = keys.shape[1], keys.shape[2]
+        assert keys.is_contiguous() and values.is_contiguous() and keys.dtype == values.dtype == torch.bfloat16
+        lo, mask = lo.contiguous(), mask.contiguous()
+        out = q.new_empty(1, n, heads * dim)
+        if self._attend(n, kv_heads, heads // kv_heads, dim, q.data_ptr(), keys.data_ptr(), values.data_ptr(),
+                        capacity, past, lo.data_ptr(), mask.data_ptr(), scaling, out.data_ptr()) != 0:  # fmt: skip
+            raise MemoryError(f"no memory for the attention of a {n}-token block")
+        return out
 
     def certify(self, k: int, sums: tuple[torch.Tensor, torch.Tensor], scales: tuple[float, float],
                 per_token: tuple[torch.Tensor, ...], per_row: tuple[float, ...], cap: int) -> torch.Tensor | None:
