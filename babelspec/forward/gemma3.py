@@ -21,6 +21,8 @@ from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import Int8Linear, W8A8Linear
 from babelspec.forward.trees import tree_ancestors, tree_mask
 
+EXACT_SMALL_ROWS = 16  # blocks of up to this many rows take each product whole (``exact_rows``)
+EXACT_CHUNK_ROWS = (64, 32)  # longer ones in pieces of the first of these whose rows round as alone
 CACHE_ONLY = -1  # a block's logits_to_keep: no logits, the block only cached (a prefill)
 
 
@@ -113,6 +115,7 @@ class LeanGemma3(Forward):
         if quantize == "int8" and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
         self._batch_rows: dict[int, int] = {}
+        self._exact_rows: tuple[int, int] | None = None
         self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
@@ -211,8 +214,11 @@ class LeanGemma3(Forward):
             x = residual + _rms(h, *layer.norms["post_attention_layernorm"])
             residual = x
             h = _rms(x, *layer.norms["pre_feedforward_layernorm"])
-            gate, up = layer.gate_up(h, merge)
-            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            if merge and layer.gate_up.fused:
+                gate, up = self._rows(layer.gate_up.stacked, h).chunk(2, dim=-1)
+            else:
+                gate, up = layer.gate_up(h, merge)
+            h = self._rows(layer.down, F.gelu(gate, approximate=self.approximate) * up)
             x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
         return self._finish(blocks, _rms(x, *self.final_norm))
 
@@ -225,8 +231,8 @@ class LeanGemma3(Forward):
         for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
             h = self._attention(h, layer, kind, index, preps, True, rope)
             x, h = glue.add_rms(x, h, layer.norms["post_attention_layernorm"], layer.norms["pre_feedforward_layernorm"])
-            gate, up = layer.gate_up.stacked(h).chunk(2, dim=-1)
-            h = layer.down(F.gelu(gate, approximate=self.approximate) * up)
+            gate, up = self._rows(layer.gate_up.stacked, h).chunk(2, dim=-1)
+            h = self._rows(layer.down, F.gelu(gate, approximate=self.approximate) * up)
             after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
             x, h = glue.add_rms(x, h, layer.norms["post_feedforward_layernorm"], after)
         return h
@@ -239,7 +245,9 @@ class LeanGemma3(Forward):
                 return [x.new_empty(0, 0)]
             rows = x[:, -keep:] if keep else x
             head = blocks[0].head
-            return [self.logits_of(rows, [head] * rows.shape[1])[0] if head is not None else self.logits_of(rows)[0]]
+            if head is not None:
+                return [self.logits_of(rows, [head] * rows.shape[1])[0]]
+            return [self._head_rows(rows)[0]]
         rows, start = [], 0
         for b in blocks:
             n = b.ids.shape[1]
@@ -250,7 +258,7 @@ class LeanGemma3(Forward):
             return [x.new_empty(0, 0) for _ in blocks]
         requests = [b.head for b, r in zip(blocks, rows) for _ in range(r.shape[1])]
         hidden = torch.cat(rows, 1)
-        logits = (self.logits_of(hidden, requests) if any(r is not None for r in requests) else self.logits_of(hidden))[0]
+        logits = (self.logits_of(hidden, requests) if any(r is not None for r in requests) else self._head_rows(hidden))[0]
         return list(logits.split([r.shape[1] for r in rows]))
 
     def batch_rows(self, limit: int) -> int:
@@ -284,6 +292,58 @@ class LeanGemma3(Forward):
         self._batch_rows[limit] = best
         return best
 
+    def _rows(self, product: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """``product(x)`` for a layer's product on the exact path, in pieces whose rows are known
+        to round as alone (``exact_rows``): blocks of up to ``small`` rows whole, longer ones (a
+        prefill) in pieces of ``chunk`` rows, the last padded with copies of its last row."""
+        n = x.shape[1]
+        if not self.exact or n <= 1:
+            return product(x)
+        small, chunk = self.exact_rows()
+        if n <= small:
+            return product(x)
+        if chunk <= small:
+            return torch.cat([product(x[:, i : i + chunk]) for i in range(0, n, chunk)], 1)
+        pad = -n % chunk
+        if pad:
+            x = torch.cat([x, x[:, -1:].expand(1, pad, x.shape[2])], 1)
+        return torch.cat([product(x[:, i : i + chunk]) for i in range(0, n + pad, chunk)], 1)[:, :n]
+
+    def _head_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """The output head's logits of ``rows``; on the exact path more rows than ``exact_rows``'
+        small blocks go in pieces of that many."""
+        n = rows.shape[1]
+        if not self.exact or n <= 1 or n <= self.exact_rows()[0]:
+            return self.logits_of(rows)
+        small = self.exact_rows()[0]
+        return torch.cat([self.logits_of(rows[:, i : i + small]) for i in range(0, n, small)], 1)
+
+    def exact_rows(self) -> tuple[int, int]:
+        """(small, chunk): every product of the model gives each row of a block of 2..``small``
+        rows the bits of the row alone (``batch_rows(16)``), and each row of a ``chunk``-row block
+        too (64, else 32, else ``small``): measured once, since oneDNN picks kernels by shape and
+        CPU (an AMX kernel for long blocks, say)."""
+        if self._exact_rows is None:
+            small = self.batch_rows(EXACT_SMALL_ROWS)
+            chunk = next((c for c in EXACT_CHUNK_ROWS if self._rows_agree(c)), small)
+            self._exact_rows = small, chunk
+        return self._exact_rows
+
+    def _rows_agree(self, m: int) -> bool:
+        """Whether each layer product gives every row of an ``m``-row block the bits of the row
+        alone, on random bf16 rows of varied scale."""
+        layer, config = self.layers[0], self.body.config
+        g = torch.Generator().manual_seed(1)
+        products = [(layer.qkv.stacked, config.hidden_size), (layer.o, self.heads * self.head_dim),
+                    (layer.gate_up.stacked, config.hidden_size), (layer.down, config.intermediate_size)]  # fmt: skip
+        with torch.inference_mode():
+            for product, width in products:
+                x = (torch.randn(1, m, width, generator=g) * torch.logspace(-1, 1, m)[:, None]).to(self.dtype)
+                block = product(x)
+                if any(not torch.equal(block[:, i], product(x[:, i : i + 1])[:, 0]) for i in range(m)):
+                    return False
+        return True
+
     def _prepare(self, block: Block, x: torch.Tensor) -> _Prepared:
         """A block's positions, attention masks and rotary tables."""
         n = block.ids.shape[1]
@@ -306,7 +366,7 @@ class LeanGemma3(Forward):
         which a stacked product's rows are normed and rotated all at once (row-wise arithmetic:
         each row as in its own block), leaving only the cache and attention per block."""
         stacked = layer.qk_norm is not None and merge and layer.qkv.fused
-        qkv = layer.qkv.stacked(h) if stacked else layer.qkv(h, merge)
+        qkv = self._rows(layer.qkv.stacked, h) if stacked else layer.qkv(h, merge)
         heads = self._heads(qkv, layer, rope[kind]) if stacked and rope is not None else None
         outs, start = [], 0
         for prep in preps:
@@ -318,7 +378,7 @@ class LeanGemma3(Forward):
                 block = qkv[:, rows] if stacked else [t[:, rows] for t in qkv]
                 q, k, v = self._heads(block, layer, prep.rope[kind])
             outs.append(self._attend(q, k, v, layer, prep.masks[layer.sliding], prep.cache.layers[index]))
-        return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs, 1))
+        return self._rows(layer.o, outs[0] if len(outs) == 1 else torch.cat(outs, 1))
 
     def _heads(self, qkv: torch.Tensor | list[torch.Tensor], layer: _Layer,
                rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip

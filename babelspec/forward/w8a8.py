@@ -71,6 +71,7 @@ def quantize_w8a8(forward: LeanGemma3, calibrate: Callable[[], None], alpha: flo
     weights = [_weights(module) for module in forward.body.layers[: len(forward.layers)]]
     slots = [(layer, kind, weights[i][kind]) for i, layer in enumerate(forward.layers) for kind in PRODUCTS
              if kind not in keep] + [(forward.logits_of, "project", [forward.logits_of.weight])]  # fmt: skip
+    forward.exact_rows()  # probed on the bf16 products before they are wrapped (the probe's rows are no calibration)
     originals = [getattr(owner, name) for owner, name, _ in slots]
     for owner, name, _ in slots:
         setattr(owner, name, _ChannelMax(getattr(owner, name)))
@@ -88,3 +89,4 @@ def quantize_w8a8(forward: LeanGemma3, calibrate: Callable[[], None], alpha: flo
         layer.qk_norm = _qk_norm(layer.norms, forward.heads, forward.kv_heads)
     forward.quantize = "w8a8"
     forward._batch_rows.clear()
+    forward._exact_rows = None
