@@ -19,11 +19,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-# float32 is the exact mode: greedy speculative output equals greedy plain (and HF) output, held
-# by the equivalence tests. bfloat16 is the fast mode: a verification forward of k tokens and k
-# one-token forwards may round differently, so near-ties can flip (agreement rate measured by
-# ``babelspec bench equivalence --dtype bfloat16``).
+# float32 is exact on every forward: greedy speculative output equals greedy plain (and HF)
+# output. bf16 is exact on the lean forward (``ForwardOptions.exact``: every row of a block gets
+# the bits of the row alone, so the plan records ``exact: bf16 rows invariant``); on Hugging Face's
+# forward it is the fast mode, where a verification of k tokens and k one-token forwards may round
+# differently and near-ties can flip.
 EXACT_DTYPES = ("float32", "float64")
+EXACT_BF16 = "bf16 rows invariant"  # the plan's ``exact`` for the lean forward's exact path
 
 
 def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> set[str]:
@@ -83,6 +85,10 @@ def execution_plan(target: Any) -> dict[str, Any]:
                             "cache": dtype_name(cache) if cache is not None else weights}  # fmt: skip
     if getattr(target, "precision", None):
         plan["precision"] = target.precision
+    if getattr(impl, "exact", False):
+        plan["exact"] = EXACT_BF16
+    else:
+        plan["exact"] = "float32" if weights in EXACT_DTYPES else "no"
     if getattr(impl, "certifies_head", False):
         plan["head"] = "certified"  # greedy and top-k rows from the certified head (``forward.certified``)
     return plan
@@ -94,6 +100,8 @@ def describe_plan(plan: dict[str, Any] | None) -> str:
         return ""
     parts = [f"{plan.get('forward', '?')} forward", "C glue" if plan.get("glue") else "no C glue",
              f"{plan.get('cache', '?')} KV cache"]
+    if plan.get("exact"):
+        parts.append(f"exact: {plan['exact']}")
     if plan.get("head"):
         parts.append(f"{plan['head']} output head")
     return ", ".join(parts)
@@ -109,7 +117,8 @@ def execution_info(target: Any = None, dtype: torch.dtype | None = None) -> dict
     device = getattr(target, "device", torch.device("cpu"))
     info: dict[str, Any] = {
         "dtype": dtype_name(dtype) if dtype is not None else "",
-        "mode": precision_mode(dtype) if dtype is not None else "",
+        "mode": ("exact" if getattr(getattr(target, "impl", None), "exact", False)
+                 else precision_mode(dtype) if dtype is not None else ""),
         "threads": torch.get_num_threads(),
         "device": str(device),
         "cpu": cpu_model(),

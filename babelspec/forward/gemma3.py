@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
 from babelspec.forward.certified import HeadRequest
-from babelspec.forward.kernels import Linear, Linears
+from babelspec.forward.kernels import Linear, Linears, float32_attention_rows_agree
 from babelspec.forward.native import Glue, glue
 from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import Int8Linear, W8A8Linear
@@ -145,13 +145,21 @@ class LeanGemma3(Forward):
         # same property in torch operations), over a bf16 cache: each row gets the bits it gets
         # alone after the same cache, so speculative greedy output is plain greedy output, bit for
         # bit, and a sampled draft is judged on the row plain decoding computes
-        self.exact = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
-                      and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
-                              for layer in self.layers))  # fmt: skip
+        glued = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+                 and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
+                         for layer in self.layers))  # fmt: skip
+        self.exact = glued and options.exact
         if self.exact:
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
-            if options.native:
-                self.glue = glue()
+        if glued and options.native:
+            self.glue = glue()
+            # ``exact=False``: blocks of up to ``merge_max_tokens`` run the glue and attend in
+            # float32 over a float32 cache where MKL's float32 products give a block's rows a decode
+            # step's bits on random rows (``float32_attention_rows_agree``; on real prompts 49 of
+            # 291 (context, block) cells still differed); prefills take Hugging Face's arithmetic
+            groups = self.heads // self.kv_heads
+            if not self.exact and self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
+                self.cache_dtype = torch.float32
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's

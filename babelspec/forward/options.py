@@ -35,15 +35,22 @@ class ForwardOptions:
     an int8 pass and exact products on the candidates its error bound keeps. Full by default:
     ``babelspec bench forward --heads full,certified`` measured it no faster on a 2-core Zen 4.
 
-    ``merge_max_tokens``: blocks of at most this many tokens (decode steps and verifications) run
-    the merges and the glue; longer ones (prefills) run Hugging Face's products one for one, so
-    the cache a generation starts from is Hugging Face's bit for bit. The merges reorder oneDNN's
-    sums in some shapes (a stacked q/k/v product first differed from separate ones at 128 rows;
-    grouped attention at 1 of 334 context lengths for 5-token blocks, 23 for 9, none for one
-    token), rare last-bit differences that the fast mode's measured agreement rate covers
-    (``babelspec bench equivalence --dtype bfloat16``). The batcher merges only blocks this short.
+    ``exact``: the bf16 forward's every row, in a block of any length (a decode step, a
+    verification chain or tree, a prefill whole or in chunks, a batched slot), gets the bits of
+    the same row computed alone after the same cache: attention row by row in a decode step's
+    order (``bs_attend``), the products in row-invariant pieces (``LeanGemma3.exact_rows``), one
+    path for every block length. So speculative greedy output is plain greedy output, bit for
+    bit, and a drafted token is judged on the row plain decoding computes (docs/statistics.md).
+    ``False`` restores the earlier fast mode (float32 attention over a float32 cache for blocks of
+    up to ``merge_max_tokens``, Hugging Face's arithmetic for longer ones), which is not exact on
+    real prompts; ``babelspec bench exact`` measures the two side by side.
+
+    ``merge_max_tokens``: with ``exact=False``, blocks of at most this many tokens (decode steps
+    and verifications) run the merges and the glue, longer ones (prefills) Hugging Face's
+    products one for one. The batcher merges only blocks this short, on either path.
     """
 
+    exact: bool = True
     pack: bool = True
     fuse: bool = True
     native: bool = field(default_factory=native_default)

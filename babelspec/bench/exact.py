@@ -1,0 +1,182 @@
+"""``babelspec bench exact``: whether every row of a bf16 block gets the bits of the same row
+computed alone after the same cache (the grid of contexts and block sizes, token trees, prefill in
+chunks), and what the exact forward costs against the earlier fast one, side by side.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from babelspec.data.loaders import load_layout_pairs
+from babelspec.data.tasks import PromptData, get_task
+from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
+from babelspec.forward.options import ForwardOptions
+from babelspec.target import Target
+
+# the paper's languages with FLORES-200 text (chr and haw have none), by their SIB-200 files
+PAPER_FLORES = ("amh", "ber", "grn", "ibo", "npi", "oci", "que", "yor", "zgh")
+TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 3, -1, 7, 8, 4, 10, 11, 5, 13, 6)  # two roots, depth up to 6
+
+
+def flores_prompts(root: str | Path, lang: str, tokenizer, n: int = 1, seed: int = 0) -> list[list[int]]:
+    """``n`` 4-shot FLORES-200 translation prompts of ``lang`` (SIB-200's test sentences, shots
+    from its dev split) as token ids."""
+    data = PromptData(test=load_layout_pairs("sib200", root, lang, "test"),
+                      shots=load_layout_pairs("sib200", root, lang, "dev"))  # fmt: skip
+    return [p.ids for p in get_task("translation").prompts(lang, tokenizer, n, seed=seed, data=data)]
+
+
+def _lean(target: Target) -> LeanGemma3:
+    if not isinstance(target.impl, LeanGemma3):
+        raise ValueError("bench exact needs the lean forward (a Gemma-3 text model on the CPU)")
+    return target.impl
+
+
+def _equal_rows(a: torch.Tensor, b: list[torch.Tensor]) -> tuple[bool, float]:
+    same = all(torch.equal(a[i], b[i]) for i in range(len(b)))
+    return same, 0.0 if same else max((a[i].float() - b[i].float()).abs().max().item() for i in range(len(b)))
+
+
+def chain_grid(lean: LeanGemma3, ids: list[int], contexts: tuple[int, ...], max_block: int = 16) -> dict:
+    """For each context c: one-token steps over tokens c..c+max_block-1, then blocks of 1..max_block
+    tokens after the same cache; a cell (c, n) agrees when every row of the block is
+    ``torch.equal`` to its step's."""
+    x = torch.tensor([ids])
+    cells, differ, worst = 0, [], 0.0
+    for c in contexts:
+        if c + max_block > len(ids):
+            raise ValueError(f"context {c} + {max_block} passes the prompt's {len(ids)} tokens")
+        cache = lean.new_cache()
+        lean.forward(x[:, :c], cache, CACHE_ONLY)
+        singles = [lean.forward(x[:, c + i : c + i + 1], cache)[0] for i in range(max_block)]
+        cache.crop(-max_block)
+        for n in range(1, max_block + 1):
+            out = lean.forward(x[:, c : c + n], cache)
+            cache.crop(-n)
+            cells += 1
+            same, gap = _equal_rows(out, singles[:n])
+            if not same:
+                differ.append([c, n])
+                worst = max(worst, gap)
+    return {"cells": cells, "differ": len(differ), "differing": differ, "max_abs_logit_gap": worst}
+
+
+def tree_grid(lean: LeanGemma3, ids: list[int], contexts: tuple[int, ...], parents: tuple[int, ...] = TREE_PARENTS) -> dict:
+    """A token tree after each context: every node's row against one-token steps along its path."""
+    x, p = torch.tensor([ids]), torch.tensor(parents)
+    n = len(parents)
+    cells, differ = 0, []
+    for c in contexts:
+        cache = lean.new_cache()
+        lean.forward(x[:, :c], cache, CACHE_ONLY)
+        nodes = x[:, c : c + n]
+        out = lean.forward(nodes, cache, 0, p)
+        cache.crop(-n)
+        for i in range(n):
+            path, j = [], i
+            while j >= 0:
+                path.append(j)
+                j = parents[j]
+            for j in reversed(path):
+                row = lean.forward(nodes[:, j : j + 1], cache)[0]
+            cache.crop(-len(path))
+            cells += 1
+            if not torch.equal(row, out[i]):
+                differ.append([c, i])
+    return {"cells": cells, "differ": len(differ), "differing": differ}
+
+
+def prefill_chunks(lean: LeanGemma3, ids: list[int], lengths: tuple[int, ...], follow: int = 4) -> dict:
+    """A prompt prefilled whole against in 2 and in 3 chunks: the cached keys and values, and the
+    logits of the ``follow`` tokens after it."""
+    x = torch.tensor([ids])
+
+    def run(chunks: list[int]):
+        cache, start = lean.new_cache(), 0
+        for n in chunks:
+            lean.forward(x[:, start : start + n], cache, CACHE_ONLY)
+            start += n
+        return cache, lean.forward(x[:, start : start + follow], cache)
+
+    cells, differ = 0, []
+    for total in lengths:
+        whole_cache, whole = run([total])
+        for chunks in ([total // 2, total - total // 2], [total // 3, 5, total - total // 3 - 5], [total - 3, 3]):
+            cache, out = run(chunks)
+            end = total + follow
+            same = torch.equal(out, whole) and all(
+                torch.equal(a.keys[..., :end, :], b.keys[..., :end, :]) and torch.equal(a.values[..., :end, :], b.values[..., :end, :])
+                for a, b in zip(whole_cache.layers, cache.layers))  # fmt: skip
+            cells += 1
+            if not same:
+                differ.append([total, chunks])
+    return {"cells": cells, "differ": len(differ), "differing": differ}
+
+
+def _median_ms(times: list[float]) -> float:
+    return round(statistics.median(times) * 1e3, 3)
+
+
+def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, rounds: int = 15,
+                context: int = 300) -> dict:  # fmt: skip
+    """The exact forward against ``ForwardOptions(exact=False)`` on the same weights, side by side
+    in rounds whose order alternates: decode ms/token, verification of 2, 4, 8 and 16 tokens and
+    a token tree of 8 (in decode steps of the same forward), prefill tokens/s at 300 and 1,000
+    tokens; and, with ``root`` (a corpora folder), the exactness grid of both on a 4-shot FLORES
+    prompt."""
+    from babelspec.machine import execution_info
+    from babelspec.models import load_model
+
+    model, tokenizer = load_model(target, dtype="bfloat16")
+    forwards = {"exact": Target(model, tokenizer, options=ForwardOptions(exact=True)),
+                "fast (exact=False)": Target(model, tokenizer, options=ForwardOptions(exact=False))}  # fmt: skip
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, 50_000, (1, 1_100), generator=g)
+    tree = torch.tensor([-1, 0, 0, 1, 1, 2, 3, 4])
+    shapes = [("decode", 1), ("verify 2", 2), ("verify 4", 4), ("verify 8", 8), ("verify 16", 16), ("tree 8", 8)]
+    times: dict[tuple[str, str], list[float]] = {(f, s): [] for f in forwards for s, _ in shapes}
+    prefill: dict[tuple[str, int], list[float]] = {(f, n): [] for f in forwards for n in (300, 1000)}
+    names = list(forwards)
+    for r in range(rounds + 1):  # round 0 warms up and is dropped
+        for name in names if r % 2 else names[::-1]:
+            lean = _lean(forwards[name])
+            for n in (300, 1000):
+                cache = lean.new_cache()
+                t0 = time.perf_counter()
+                lean.forward(ids[:, :n], cache, CACHE_ONLY)
+                if r:
+                    prefill[(name, n)].append(time.perf_counter() - t0)
+            cache = lean.new_cache()
+            lean.forward(ids[:, :context], cache, CACHE_ONLY)
+            for shape, n in shapes:
+                block = ids[:, context : context + n]
+                t0 = time.perf_counter()
+                lean.forward(block, cache, 0, tree if shape.startswith("tree") else None)
+                elapsed = time.perf_counter() - t0
+                cache.crop(-n)
+                if r:
+                    times[(name, shape)].append(elapsed)
+    out: dict = {"machine": {name: execution_info(t) for name, t in forwards.items()}, "target": target, "rounds": rounds, "context": context, "forwards": {}}
+    for name in names:
+        decode = statistics.median(times[(name, "decode")])
+        row = {"decode_ms_per_token": _median_ms(times[(name, "decode")])}
+        for shape, _ in shapes[1:]:
+            row[f"{shape} (ms)"] = _median_ms(times[(name, shape)])
+            row[f"{shape} (decode steps)"] = round(statistics.median(times[(name, shape)]) / decode, 3)
+        for n in (300, 1000):
+            row[f"prefill {n} (tokens/s)"] = round(n / statistics.median(prefill[(name, n)]), 1)
+        row["exact"] = _lean(forwards[name]).exact
+        out["forwards"][name] = row
+    fast, exact = out["forwards"][names[1]], out["forwards"][names[0]]
+    out["fast_over_exact"] = {k: round(exact[k] / fast[k], 3) if "tokens/s" not in k else round(fast[k] / exact[k], 3)
+                              for k in exact if k.endswith("(ms)") or k == "decode_ms_per_token" or "tokens/s" in k}  # fmt: skip
+    if root is not None:
+        prompt = flores_prompts(root, "amh", tokenizer)[0]
+        contexts = tuple(c for c in (5, 24, 97, 297) if c + 16 <= len(prompt))
+        out["grid"] = {name: chain_grid(_lean(t), prompt, contexts) for name, t in forwards.items()}
+        out["grid_prompt_tokens"] = len(prompt)
+    return out
