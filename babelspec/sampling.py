@@ -287,10 +287,11 @@ def _window_ids(sequence: torch.Tensor | np.ndarray, first_position: int, n: int
 
 
 def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
-    """Ids of the k largest entries of the row ``x``, ascending; where several entries tie with
-    the k-th largest value, the lowest ids among them. The choice depends only on the values,
-    never on where the search looked, so a row whose other entries are -inf (the certified
-    head's) gives the full row's candidates; bf16 logits tie often at the 100th.
+    """Ids of the entries of the row ``x`` at or above its k-th largest value, ascending: the k
+    largest and every entry tied with the k-th, as transformers' ``TopKLogitsWarper`` keeps them
+    (so more than k where bf16 logits tie at the k-th, which they often do at the 100th). The
+    choice depends only on the values, never on where the search looked, so a row whose other
+    entries are -inf (the certified head's, which keeps every tie) gives the full row's.
 
     On a large vocabulary one pass takes the maxima of 4,096 strided chunks, and only the k
     chunks with the largest maxima are searched: every entry of the top k lies in one of them
@@ -321,11 +322,6 @@ def _top_candidates(x: np.ndarray, k: int) -> np.ndarray:
             return np.sort(top)
     values = x if pool is None else x[pool]
     above = np.flatnonzero(values >= kth)  # the entries above the k-th, and all its ties
-    if len(above) > k:  # the lowest ids among the ties
-        greater = above[values[above] > kth]
-        ties = above[values[above] == kth]
-        ties = ties[np.argsort(ties if pool is None else pool[ties])]
-        above = np.concatenate([greater, ties[: k - len(greater)]])
     return np.sort(above if pool is None else pool[above])
 
 
@@ -441,7 +437,7 @@ def top_rows(logits: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
         row = x[r]
         top = _top_candidates(row, k)
         values = row[top]
-        order = np.argsort(-values, kind="stable")
+        order = np.argsort(-values, kind="stable")[:k]  # ties at the k-th: the lowest ids
         ids[r] = top[order]
         weights = np.exp(values[order] - values[order[0]])
         probs[r] = weights / weights.sum()

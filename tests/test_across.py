@@ -70,3 +70,52 @@ def test_the_report_section() -> None:
     assert "| l00 | L0 | Latn | A | bigram | 4 | 0.80x [0.70, 2.50]" in md
     assert any(isinstance(b, Figure) for b in blocks)
     assert across_blocks({}) == []  # a run with few languages has no such section
+
+
+def test_a_language_without_a_held_out_speedup_is_counted_and_left_out_of_the_lists() -> None:
+    """NaN in a sort breaks the whole order: such rows are dropped first and named."""
+    speeds = [1.3, 0.9, math.nan, 1.1, 0.7, 1.5, 0.95, 1.2]
+    rows = _rows(len(speeds))
+    for row, speed in zip(rows, speeds):
+        row["speedup"] = speed
+    s = summarise(rows)
+    assert s["no_held_out"] == ["l02"] and s["languages"] == 7
+    assert [r["speedup"] for r in s["best"][:4]] == [1.5, 1.3, 1.2, 1.1]
+    assert [r["speedup"] for r in s["worst"][:3]] == [0.7, 0.9, 0.95]
+
+
+def test_the_lists_rank_languages_on_their_choosing_prompts_as_the_headline_does() -> None:
+    """A language whose held-out number is low by chance but whose choosing prompts were fast is
+    not the worst: the lists rank by the selection speedup and show the held-out one."""
+    rows = _rows(5)
+    for row, (held, chosen) in zip(rows, [(0.9, 1.4), (1.0, 1.0), (1.1, 1.1), (1.2, 1.2), (1.3, 0.8)]):
+        row["speedup"], row["selection_speedup"] = held, chosen
+    s = summarise(rows)
+    assert [r["language"] for r in s["worst"][:2]] == ["l04", "l01"]
+    assert s["best"][0]["language"] == "l00"
+
+
+def test_the_paper_languages_stay_out_of_the_training_token_rho() -> None:
+    """Their bigrams count other sets than the generic FLORES-200 ones, so that ρ leaves them out."""
+    rows = _rows(30)
+    for row, code in zip(rows, ["amh", "yor", "npi"]):
+        row["language"] = code
+    cor = {(c["metric"], c["proxy"]): c for c in summarise(rows)["correlations"]}
+    assert cor[("speedup", "train_tokens")]["n"] == 27 and cor[("speedup", "web_tokens")]["n"] == 30
+
+
+def test_the_section_takes_its_task_and_setting_from_the_config_and_is_absent_without_rows() -> None:
+    from babelspec.experiments.across import across_languages
+
+    analysis = {"languages": [{"language": "yor", "task": "story", "drafter": "tri", "gamma": 4, "speedup": 1.2,
+                               "alpha": 0.3}],
+                "training_tokens": {"yor": {"tri": 5000.0}},
+                "divergence": [{"language": "yor", "drafter": "tri", "tv_per_char": 0.2}]}
+    analysis["languages"] += [{**analysis["languages"][0], "language": code} for code in ("amh", "ibo")]
+    config = {"tasks": ["story"], "drafters": [{"name": "tri", "kind": "ngram", "order": 3}],
+              "divergence": {"drafters": ["tri"]}}
+    out = across_languages(analysis, config, min_languages=3)
+    assert out["task"] == "story" and out["setting"] == "tri"
+    row = {r["language"]: r for r in out["rows"]}["yor"]
+    assert row["train_tokens"] == 5000.0 and row["tv_per_char"] == 0.2
+    assert across_languages(analysis, {**config, "tasks": ["translation"]}, min_languages=3) is None

@@ -105,10 +105,10 @@ def test_top_p_without_top_k_samples_by_the_cdf_not_multinomial(monkeypatch):
     assert logits_to_probs(logits, SamplingConfig(top_p=0.9))[0, token] > 0
 
 
-def test_top_k_breaks_ties_at_the_kth_value_by_lowest_id_whatever_the_rest_of_the_row_holds():
-    """bf16 logits tie often at the 100th value: the warper keeps the lowest ids among the ties,
-    so its choice depends on the values only, and a row whose other entries are -inf (the
-    certified head's) selects what the full row selects."""
+def test_top_k_keeps_every_tie_of_the_kth_value_whatever_the_rest_of_the_row_holds():
+    """bf16 logits tie often at the 100th value: the warper keeps every entry tied with the k-th
+    (as transformers' TopKLogitsWarper does), so its choice depends on the values only, and a row
+    whose other entries are -inf (the certified head's) selects what the full row selects."""
     from babelspec.sampling import _top_candidates
 
     rng = np.random.default_rng(0)
@@ -116,10 +116,24 @@ def test_top_k_breaks_ties_at_the_kth_value_by_lowest_id_whatever_the_rest_of_th
         vocab = int(rng.choice([50, 1000, 262144]))
         x = np.round(rng.normal(size=vocab).astype(np.float32) * 4) / 4  # many ties
         k = int(rng.integers(1, min(101, vocab)))
-        want = np.sort(np.lexsort((np.arange(vocab), -x))[:k])  # by value, then lowest id
+        want = np.flatnonzero(x >= np.sort(x)[-k])  # the k-th largest value and all at or above it
         got = _top_candidates(x, k)
-        assert np.array_equal(got, want)
+        assert np.array_equal(got, want) and len(got) >= k
         sparse = np.full_like(x, -np.inf)
-        kept = np.flatnonzero(x >= x[want].min())
-        sparse[kept] = x[kept]
+        sparse[want] = x[want]
         assert np.array_equal(_top_candidates(sparse, k), want)
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_top_k_with_ties_on_both_sides_warps_as_transformers(top_k):
+    """Logits [3, 2, 2, 1, 0.5] at top_k 2 keep both entries tied at 2 (0.576, 0.212, 0.212),
+    and ties above and below the k-th change nothing: transformers' TopKLogitsWarper, exactly."""
+    from transformers import TopKLogitsWarper
+
+    for row in ([3.0, 2.0, 2.0, 1.0, 0.5], [3.0, 3.0, 2.0, 2.0, 2.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]):
+        logits = torch.tensor([row])
+        want = TopKLogitsWarper(top_k)(None, logits.clone()).softmax(-1)
+        got = logits_to_probs(logits, SamplingConfig(top_k=top_k))
+        assert torch.allclose(got, want, atol=1e-6), (row, got, want)
+    got = logits_to_probs(torch.tensor([[3.0, 2.0, 2.0, 1.0, 0.5]]), SamplingConfig(top_k=2))[0]
+    assert torch.allclose(got, torch.tensor([0.5761, 0.2119, 0.2119, 0.0, 0.0]), atol=1e-4)

@@ -22,12 +22,12 @@ PAPER_FLORES = ("amh", "ber", "grn", "ibo", "npi", "oci", "que", "yor", "zgh")
 TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 3, -1, 7, 8, 4, 10, 11, 5, 13, 6)  # two roots, depth up to 6
 
 
-def flores_prompts(root: str | Path, lang: str, tokenizer, n: int = 1, seed: int = 0) -> list[list[int]]:
+def flores_prompts(root: str | Path, lang: str, tokenizer, n: int = 1, seed: int = 0) -> list[str]:
     """``n`` 4-shot FLORES-200 translation prompts of ``lang`` (SIB-200's test sentences, shots
-    from its dev split) as token ids."""
+    from its dev split)."""
     data = PromptData(test=load_layout_pairs("sib200", root, lang, "test"),
                       shots=load_layout_pairs("sib200", root, lang, "dev"))  # fmt: skip
-    return [p.ids for p in get_task("translation").prompts(lang, tokenizer, n, seed=seed, data=data)]
+    return [p.text for p in get_task("translation").prompts(lang, tokenizer, n, seed=seed, data=data)]
 
 
 def _lean(target: Target) -> LeanGemma3:
@@ -175,7 +175,7 @@ def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, ro
     out["fast_over_exact"] = {k: round(exact[k] / fast[k], 3) if "tokens/s" not in k else round(fast[k] / exact[k], 3)
                               for k in exact if k.endswith("(ms)") or k == "decode_ms_per_token" or "tokens/s" in k}  # fmt: skip
     if root is not None:
-        prompt = flores_prompts(root, "amh", tokenizer)[0]
+        prompt = tokenizer(flores_prompts(root, "amh", tokenizer)[0]).input_ids
         contexts = tuple(c for c in (5, 24, 97, 297) if c + 16 <= len(prompt))
         out["grid"] = {name: chain_grid(_lean(t), prompt, contexts) for name, t in forwards.items()}
         out["grid_prompt_tokens"] = len(prompt)

@@ -141,8 +141,8 @@ class LeanGemma3(Forward):
         # (a decode step, a verification chain or tree, a prefill or its chunks, a batched slot),
         # runs the stacked products (row-invariant with ``pad_row``: ``batch_rows``), the norms,
         # residual adds and rotation row by row in C (``native``), and attention row by row with a
-        # decode step's order of operations (``bs_attend``; without the glue ``_attend_rows``, the
-        # same property in torch operations), over a bf16 cache: each row gets the bits it gets
+        # decode step's order of operations (``bs_attend``, over a float32 cache; without the glue
+        # ``_attend_rows``, the same property in torch operations over a bf16 cache): each row gets the bits it gets
         # alone after the same cache, so speculative greedy output is plain greedy output, bit for
         # bit, and a sampled draft is judged on the row plain decoding computes
         glued = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
@@ -153,6 +153,10 @@ class LeanGemma3(Forward):
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
         if glued and options.native:
             self.glue = glue()
+            if self.exact and self.glue is not None:
+                # float32 keys and values (bf16 values, exactly): the kernel reads them without
+                # conversions (``bench exact``)
+                self.cache_dtype = torch.float32
             # ``exact=False``: blocks of up to ``merge_max_tokens`` run the glue and attend in
             # float32 over a float32 cache where MKL's float32 products give a block's rows a decode
             # step's bits on random rows (``float32_attention_rows_agree``; on real prompts 49 of

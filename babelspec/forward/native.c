@@ -6,6 +6,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -207,93 +208,219 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
  * float32 (16 partial sums over dim, added in a fixed order), exp(s - max) by expf, summed in
  * key order; the output is sum_p e_p v_p in key order, times 1 / sum. */
 #define DOT_LANES 16
+#define DOT_HEADS 4 /* query heads whose dot products run together */
+#define ATTEND_THREAD_ROWS 8 /* blocks of at least this many rows share them among threads */
 
-static inline float dot_q_k(const float *q, const bf16 *k, long dim) {
-    float acc[DOT_LANES] = {0};
-    long d = 0;
-    for (; d + DOT_LANES <= dim; d += DOT_LANES)
-        for (int l = 0; l < DOT_LANES; l++) acc[l] += q[d + l] * to_f(k[d + l]);
-    for (int l = 0; d < dim; d++, l++) acc[l] += q[d] * to_f(k[d]);
-    float s = 0.0f;
-    for (int l = 0; l < DOT_LANES; l++) s += acc[l];
-    return s;
+/* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
+ * one for the CPU once: every call in a process runs the same instructions, so a row's bits do
+ * not depend on the block around it (the clones may differ from each other, by FMA). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+typedef struct {
+    long n, groups, dim, past, span;
+    const bf16 *q;
+    const float *keys, *values;
+    const long *lo;
+    const unsigned char *mask;
+    float scaling;
+    bf16 *out;
+    long heads, kv, first_row, row_step;
+    int failed;
+} attend_job;
+
+/* 16 floats side by side (GCC's vector extensions: each lane its own sequence of operations,
+ * lowered to whatever vectors the clone's target has) */
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float f32x16 __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) f32x16 load16(const float *x) {
+    f32x16 f;
+    memcpy(&f, x, sizeof f);
+    return f;
 }
 
-#define ATTEND_TILE 16 /* rows whose keys are read together (the arithmetic is per row) */
+/* the sum of one dot product's 16 partial sums, in lane order */
+static inline __attribute__((always_inline)) float lane_sum(f32x16 p) {
+    float sum = 0.0f;
+    for (int l = 0; l < DOT_LANES; l++) sum += p[l];
+    return sum;
+}
 
-int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const bf16 *keys, const bf16 *values,
-              long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out) {
-    long heads = kv_heads * groups, span = past + n;
-    float *qf = malloc(sizeof(float) * ATTEND_TILE * groups * dim);
-    float *scores = malloc(sizeof(float) * ATTEND_TILE * groups * span);
-    float *acc = malloc(sizeof(float) * ATTEND_TILE * groups * dim);
-    long *count = malloc(sizeof(long) * ATTEND_TILE);
-    if (!qf || !scores || !acc || !count) {
-        free(qf), free(scores), free(acc), free(count);
-        return -1;
-    }
-    for (long kv = 0; kv < kv_heads; kv++) {
-        const bf16 *kb = keys + kv * cap * dim, *vb = values + kv * cap * dim;
-        for (long r0 = 0; r0 < n; r0 += ATTEND_TILE) {
-            long tile = n - r0 < ATTEND_TILE ? n - r0 : ATTEND_TILE, first = past;
-            for (long t = 0; t < tile; t++) {
-                long i = r0 + t;
-                first = lo[i] < first ? lo[i] : first;
-                count[t] = 0;
-                for (long h = 0; h < groups; h++) {
-                    const bf16 *qr = q + ((kv * groups + h) * n + i) * dim;
-                    for (long d = 0; d < dim; d++) qf[(t * groups + h) * dim + d] = to_f(qr[d]);
-                }
-            }
-            /* scores, key by key: each row's in its own key order */
-            for (long p = first; p < span; p++) {
-                const bf16 *k = kb + p * dim;
-                for (long t = 0; t < tile; t++) {
-                    long i = r0 + t;
-                    if (p < past ? p < lo[i] : !mask[i * n + (p - past)]) continue;
-                    for (long h = 0; h < groups; h++)
-                        scores[(t * groups + h) * span + count[t]] = dot_q_k(qf + (t * groups + h) * dim, k, dim) * scaling;
-                    count[t]++;
-                }
-            }
-            /* softmax numerators, in place; then their sums */
-            for (long t = 0; t < tile; t++)
-                for (long h = 0; h < groups; h++) {
-                    float *s = scores + (t * groups + h) * span, m = -INFINITY;
-                    for (long c = 0; c < count[t]; c++) m = s[c] > m ? s[c] : m;
-                    for (long c = 0; c < count[t]; c++) s[c] = expf(s[c] - m);
-                    memset(acc + (t * groups + h) * dim, 0, sizeof(float) * dim);
-                }
-            long *seen = malloc(sizeof(long) * tile);
-            if (!seen) {
-                free(qf), free(scores), free(acc), free(count);
-                return -1;
-            }
-            memset(seen, 0, sizeof(long) * tile);
-            for (long p = first; p < span; p++) {
-                const bf16 *v = vb + p * dim;
-                for (long t = 0; t < tile; t++) {
-                    long i = r0 + t;
-                    if (p < past ? p < lo[i] : !mask[i * n + (p - past)]) continue;
-                    for (long h = 0; h < groups; h++) {
-                        float e = scores[(t * groups + h) * span + seen[t]], *a = acc + (t * groups + h) * dim;
-                        for (long d = 0; d < dim; d++) a[d] += e * to_f(v[d]);
-                    }
-                    seen[t]++;
-                }
-            }
-            free(seen);
-            for (long t = 0; t < tile; t++)
-                for (long h = 0; h < groups; h++) {
-                    const float *s = scores + (t * groups + h) * span, *a = acc + (t * groups + h) * dim;
-                    float total = 0.0f;
-                    for (long c = 0; c < count[t]; c++) total += s[c];
-                    float inv = 1.0f / total;
-                    bf16 *o = out + ((r0 + t) * heads + kv * groups + h) * dim;
-                    for (long d = 0; d < dim; d++) o[d] = to_bf(a[d] * inv);
-                }
+/* q . k: 16 partial sums over dim (lane l takes elements l, l + 16, ...), then lane_sum; the
+ * forms below run several of these side by side, each with the same operations as alone. */
+static inline __attribute__((always_inline)) float dot1(const float *q, const float *k, long dim) {
+    f32x16 p = {0};
+    long d = 0;
+    for (; d + DOT_LANES <= dim; d += DOT_LANES) p += load16(q + d) * load16(k + d);
+    for (int l = 0; d < dim; d++, l++) p[l] += q[d] * k[d];
+    return lane_sum(p);
+}
+
+#define VALUE_CHUNK 64 /* output elements accumulated in registers over every key */
+#define HEADS 4           /* query heads of one key/value head computed side by side */
+
+/* scores of ``HEADS`` query heads (q: [HEADS, dim]) against two keys: eight dot products side by
+ * side, each with dot1's operations */
+static inline __attribute__((always_inline)) void dot_heads2(const float *q, const float *k0, const float *k1,
+                                                             long dim, float *s, long stride) {
+    f32x16 p[2][HEADS] = {{{0}}};
+    long d = 0;
+    for (; d + DOT_LANES <= dim; d += DOT_LANES) {
+        f32x16 x0 = load16(k0 + d), x1 = load16(k1 + d);
+        for (int h = 0; h < HEADS; h++) {
+            f32x16 y = load16(q + h * dim + d);
+            p[0][h] += y * x0;
+            p[1][h] += y * x1;
         }
     }
-    free(qf), free(scores), free(acc), free(count);
-    return 0;
+    for (int h = 0; h < HEADS; h++) {
+        for (long e = d, l = 0; e < dim; e++, l++) {
+            p[0][h][l] += q[h * dim + e] * k0[e];
+            p[1][h][l] += q[h * dim + e] * k1[e];
+        }
+        s[h * stride] = lane_sum(p[0][h]);
+        s[h * stride + 1] = lane_sum(p[1][h]);
+    }
+}
+
+/* One row: its ``groups`` query heads (float, [groups, dim]) over the keys ``idx[0..count)``
+ * (ascending cache positions): scores, exp(s - max), their sum, and the weighted values, each
+ * element's sum over the keys in key order, times 1 / sum, to bf16 in ``out`` [groups, dim].
+ * Heads run HEADS at a time where they can, one at a time otherwise: the same operations. */
+static inline __attribute__((always_inline)) void attend_row(const attend_job *j, const float *qf, const long *idx,
+                                                             long count, float *s, bf16 *out) {
+    long dim = j->dim, groups = j->groups, h = 0;
+    for (; h + HEADS <= groups; h += HEADS) {
+        long c = 0;
+        for (; c + 2 <= count; c += 2)
+            dot_heads2(qf + h * dim, j->keys + idx[c] * dim, j->keys + idx[c + 1] * dim, dim, s + h * count + c, count);
+        for (; c < count; c++)
+            for (long g = h; g < h + HEADS; g++) s[g * count + c] = dot1(qf + g * dim, j->keys + idx[c] * dim, dim);
+    }
+    for (; h < groups; h++)
+        for (long c = 0; c < count; c++) s[h * count + c] = dot1(qf + h * dim, j->keys + idx[c] * dim, dim);
+    float inv[64];
+    for (h = 0; h < groups; h++) {
+        float *sh = s + h * count, m = -INFINITY, total = 0.0f;
+        for (long c = 0; c < count; c++) {
+            sh[c] *= j->scaling;
+            m = sh[c] > m ? sh[c] : m;
+        }
+        for (long c = 0; c < count; c++) {
+            sh[c] = expf(sh[c] - m);
+            total += sh[c];
+        }
+        inv[h] = 1.0f / total;
+    }
+    long d0 = 0;
+    for (; d0 + VALUE_CHUNK <= dim; d0 += VALUE_CHUNK) {
+        h = 0;
+        for (; h + HEADS <= groups; h += HEADS) {
+            f32x16 a[HEADS][4] = {{{0}}};
+            for (long c = 0; c < count; c++) {
+                const float *v = j->values + idx[c] * dim + d0;
+                f32x16 v0 = load16(v), v1 = load16(v + 16), v2 = load16(v + 32), v3 = load16(v + 48);
+                for (int g = 0; g < HEADS; g++) {
+                    f32x16 e = {0};
+                    e += s[(h + g) * count + c];
+                    a[g][0] += e * v0, a[g][1] += e * v1, a[g][2] += e * v2, a[g][3] += e * v3;
+                }
+            }
+            for (int g = 0; g < HEADS; g++)
+                for (int q = 0; q < 4; q++)
+                    for (int l = 0; l < DOT_LANES; l++)
+                        out[(h + g) * dim + d0 + 16 * q + l] = to_bf(a[g][q][l] * inv[h + g]);
+        }
+        for (; h < groups; h++) {
+            f32x16 a[4] = {{0}};
+            for (long c = 0; c < count; c++) {
+                const float *v = j->values + idx[c] * dim + d0;
+                f32x16 e = {0};
+                e += s[h * count + c];
+                a[0] += e * load16(v), a[1] += e * load16(v + 16), a[2] += e * load16(v + 32), a[3] += e * load16(v + 48);
+            }
+            for (int q = 0; q < 4; q++)
+                for (int l = 0; l < DOT_LANES; l++) out[h * dim + d0 + 16 * q + l] = to_bf(a[q][l] * inv[h]);
+        }
+    }
+    for (; d0 < dim; d0++)
+        for (h = 0; h < groups; h++) {
+            float a = 0.0f;
+            for (long c = 0; c < count; c++) a += s[h * count + c] * j->values[idx[c] * dim + d0];
+            out[h * dim + d0] = to_bf(a * inv[h]);
+        }
+}
+
+CLONES static void attend_rows(attend_job *j) {
+    long groups = j->groups, dim = j->dim, n = j->n;
+    float *qf = malloc(sizeof(float) * groups * dim);
+    float *scores = malloc(sizeof(float) * groups * j->span);
+    long *idx = malloc(sizeof(long) * j->span);
+    if (!qf || !scores || !idx) {
+        j->failed = 1;
+        goto done;
+    }
+    for (long i = j->first_row; i < n; i += j->row_step) {
+        long count = 0;
+        for (long p = j->lo[i]; p < j->past; p++) idx[count++] = p;
+        for (long b = 0; b < n; b++)
+            if (j->mask[i * n + b]) idx[count++] = j->past + b;
+        for (long h = 0; h < groups; h++) {
+            const bf16 *qr = j->q + ((j->kv * groups + h) * n + i) * dim;
+            for (long d = 0; d < dim; d++) qf[h * dim + d] = to_f(qr[d]);
+        }
+        attend_row(j, qf, idx, count, scores, j->out + (i * j->heads + j->kv * groups) * dim);
+    }
+done:
+    free(qf), free(scores), free(idx);
+}
+
+static void *attend_thread(void *job) {
+    attend_rows((attend_job *)job);
+    return NULL;
+}
+
+/* Attention of a block's n query rows over a float32 cache of bf16 keys and values, each row with a decode step's
+ * arithmetic: row i's scores, softmax and weighted sum run over the keys it sees in ascending
+ * cache order, with the same operations in the same order whatever n is, which other rows the
+ * block holds, which thread computes it and how many keys are cached after the row's own. So a
+ * row of a verification chain, a token tree, a prefill chunk or a batched slot gets the bits of
+ * the same row computed alone after the same cache.
+ *
+ * q: [kv_heads * groups, n, dim] bf16 (query heads of key/value head g are g*groups ..);
+ * keys, values: [kv_heads, cap, dim] float32 (bf16 values, exactly), the block's own keys already cached at past .. past+n;
+ * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
+ * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
+ * float32, exp(s - max) by expf, summed in key order; the output is sum_p e_p v_p in key order,
+ * times 1 / sum. The rows of a block of 8 or more are shared among ``threads`` threads. Returns 0, or -1 when
+ * memory or a thread could not be had. */
+int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const float *keys, const float *values,
+              long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
+              long threads) {
+    if (groups > 64) return -1;
+    if (n < ATTEND_THREAD_ROWS) threads = 1;
+    if (threads > n) threads = n;
+    if (threads > 64) threads = 64;
+    if (threads < 1) threads = 1;
+    attend_job jobs[64];
+    pthread_t ids[64];
+    int failed = 0;
+    for (long kv = 0; kv < kv_heads; kv++) {
+        for (long t = 0; t < threads; t++) {
+            jobs[t] = (attend_job){n, groups, dim, past, past + n, q, keys + kv * cap * dim, values + kv * cap * dim,
+                                   lo, mask, scaling, out, kv_heads * groups, kv, t, threads, 0};
+        }
+        long started = 1;
+        for (; started < threads; started++)
+            if (pthread_create(&ids[started], NULL, attend_thread, &jobs[started]) != 0) break;
+        for (long t = started; t < threads; t++) attend_rows(&jobs[t]); /* threads not had: here */
+        attend_rows(&jobs[0]);
+        for (long t = 1; t < started; t++) pthread_join(ids[t], NULL);
+        for (long t = 0; t < threads; t++) failed |= jobs[t].failed;
+    }
+    return failed ? -1 : 0;
 }

@@ -8,8 +8,9 @@ of a call: a compiled norm-and-residual region costs 28 µs a call against 32 µ
 C version 5 µs (``benchmarks/results/native_glue.json``). The functions (``native.c``) are plain C on
 raw bf16 buffers, built once per source, compiler, flags and platform with the system's C compiler into the user cache
 (``models.cache_dir``) and loaded with ``ctypes``: no torch headers, a build of about a
-second, no instructions beyond the compiler's default target, so the same file runs on any
-x86-64 CPU. Where no compiler is found (or ``BABELSPEC_NATIVE=0``), ``glue()`` is None and the
+second, no instructions beyond the compiler's default target but in the attention kernel, which
+GCC also builds for AVX2 and AVX-512 and picks among once per process (the same kernel for every
+call, so a row's bits never depend on the block), so the same file runs on any x86-64 CPU. Where no compiler is found (or ``BABELSPEC_NATIVE=0``), ``glue()`` is None and the
 forward keeps the torch operations.
 
 Each function treats every row alike, so a row gets the same bits alone as in a block; they
@@ -41,7 +42,7 @@ SIGNATURES = {  # name -> (argument types, result type)
     "bs_add_rms": ([_L, _L, _P, _P, _P, _F, _P, _F, _P, _P], None),
     "bs_qk_rope": ([_L, _L, _L, _P, _L, _P, _F, _P, _P, _P], None),
     "bs_certify": ([_L, _L, _P, _P, _F, _F, _P, _P, _P, _F, _F, _F, _F, _P, _L, _P], _L),
-    "bs_attend": ([_L, _L, _L, _L, _P, _P, _P, _L, _L, _P, _P, _F, _P], ctypes.c_int),
+    "bs_attend": ([_L, _L, _L, _L, _P, _P, _P, _L, _L, _P, _P, _F, _P, _L], ctypes.c_int),
 }
 
 
@@ -76,7 +77,7 @@ def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(source), "-lm"],
+        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(source), "-lm", "-lpthread"],
                               capture_output=True, text=True)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed on {source.name}: {done.stderr.strip()[-2000:]}")
@@ -137,18 +138,20 @@ class Glue:
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, lo: torch.Tensor,
                mask: torch.Tensor, scaling: float) -> torch.Tensor:  # fmt: skip
-        """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the cache buffers ``keys``
-        and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
+        """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the float32 cache buffers
+        ``keys`` and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
         each row with a decode step's arithmetic (``bs_attend``): row i sees cache positions
-        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``."""
+        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``. Blocks of more than 16
+        rows share their rows among torch's threads (a row's arithmetic is the same on any)."""
         q = q.contiguous()
         _, heads, n, dim = q.shape
         kv_heads, capacity = keys.shape[1], keys.shape[2]
-        assert keys.is_contiguous() and values.is_contiguous() and keys.dtype == values.dtype == torch.bfloat16
+        assert keys.is_contiguous() and values.is_contiguous() and keys.dtype == values.dtype == torch.float32
         lo, mask = lo.contiguous(), mask.contiguous()
         out = q.new_empty(1, n, heads * dim)
         if self._attend(n, kv_heads, heads // kv_heads, dim, q.data_ptr(), keys.data_ptr(), values.data_ptr(),
-                        capacity, past, lo.data_ptr(), mask.data_ptr(), scaling, out.data_ptr()) != 0:  # fmt: skip
+                        capacity, past, lo.data_ptr(), mask.data_ptr(), scaling, out.data_ptr(),
+                        torch.get_num_threads()) != 0:  # fmt: skip
             raise MemoryError(f"no memory for the attention of a {n}-token block")
         return out
 
