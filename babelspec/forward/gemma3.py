@@ -22,7 +22,7 @@ from babelspec.forward.quantize import Int8Linear, W8A8Linear
 from babelspec.forward.trees import tree_ancestors, tree_mask
 
 EXACT_SMALL_ROWS = 16  # blocks of up to this many rows take each product whole (``exact_rows``)
-EXACT_CHUNK_ROWS = (64, 32)  # longer ones in pieces of the first of these whose rows round as alone
+EXACT_CHUNK_ROWS = (256, 64)  # longer ones in pieces of these sizes whose rows round as alone (``bench exact``)
 CACHE_ONLY = -1  # a block's logits_to_keep: no logits, the block only cached (a prefill)
 
 
@@ -115,7 +115,7 @@ class LeanGemma3(Forward):
         if quantize == "int8" and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
         self._batch_rows: dict[int, int] = {}
-        self._exact_rows: tuple[int, int] | None = None
+        self._exact_rows: tuple[int, tuple[int, ...]] | None = None
         self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
@@ -307,19 +307,26 @@ class LeanGemma3(Forward):
     def _rows(self, product: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """``product(x)`` for a layer's product on the exact path, in pieces whose rows are known
         to round as alone (``exact_rows``): blocks of up to ``small`` rows whole, longer ones (a
-        prefill) in pieces of ``chunk`` rows, the last padded with copies of its last row."""
+        prefill) in pieces of the largest probed size that fits, the rest in pieces of the
+        smallest, the last padded with copies of its last row."""
         n = x.shape[1]
         if not self.exact or n <= 1:
             return product(x)
-        small, chunk = self.exact_rows()
+        small, chunks = self.exact_rows()
         if n <= small:
             return product(x)
-        if chunk <= small:
-            return torch.cat([product(x[:, i : i + chunk]) for i in range(0, n, chunk)], 1)
-        pad = -n % chunk
-        if pad:
-            x = torch.cat([x, x[:, -1:].expand(1, pad, x.shape[2])], 1)
-        return torch.cat([product(x[:, i : i + chunk]) for i in range(0, n + pad, chunk)], 1)[:, :n]
+        if not chunks:  # no long block rounds as its rows alone: pieces of ``small``
+            return torch.cat([product(x[:, i : i + small]) for i in range(0, n, small)], 1)
+        outs, start = [], 0
+        while start < n:
+            left = n - start
+            size = next((c for c in chunks if c <= left), chunks[-1])
+            piece = x[:, start : start + size]
+            if piece.shape[1] < size:
+                piece = torch.cat([piece, piece[:, -1:].expand(1, size - piece.shape[1], x.shape[2])], 1)
+            outs.append(product(piece)[:, : min(size, left)])
+            start += size
+        return torch.cat(outs, 1)
 
     def _head_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """The output head's logits of ``rows``; on the exact path more rows than ``exact_rows``'
@@ -330,15 +337,15 @@ class LeanGemma3(Forward):
         small = self.exact_rows()[0]
         return torch.cat([self.logits_of(rows[:, i : i + small]) for i in range(0, n, small)], 1)
 
-    def exact_rows(self) -> tuple[int, int]:
-        """(small, chunk): every product of the model gives each row of a block of 2..``small``
-        rows the bits of the row alone (``batch_rows(16)``), and each row of a ``chunk``-row block
-        too (64, else 32, else ``small``): measured once, since oneDNN picks kernels by shape and
-        CPU (an AMX kernel for long blocks, say)."""
+    def exact_rows(self) -> tuple[int, tuple[int, ...]]:
+        """(small, chunks): every product of the model gives each row of a block of 2..``small``
+        rows the bits of the row alone (``batch_rows(16)``), and each row of a block of each size
+        in ``chunks`` too (of ``EXACT_CHUNK_ROWS``, largest first; empty where none agrees):
+        measured once, since oneDNN picks kernels by shape and CPU (an AMX kernel for long
+        blocks, say)."""
         if self._exact_rows is None:
             small = self.batch_rows(EXACT_SMALL_ROWS)
-            chunk = next((c for c in EXACT_CHUNK_ROWS if self._rows_agree(c)), small)
-            self._exact_rows = small, chunk
+            self._exact_rows = small, tuple(c for c in EXACT_CHUNK_ROWS if self._rows_agree(c))
         return self._exact_rows
 
     def _rows_agree(self, m: int) -> bool:

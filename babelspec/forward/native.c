@@ -209,7 +209,7 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
  * key order; the output is sum_p e_p v_p in key order, times 1 / sum. */
 #define DOT_LANES 16
 #define DOT_HEADS 4 /* query heads whose dot products run together */
-#define ATTEND_THREAD_ROWS 8 /* blocks of at least this many rows share them among threads */
+#define ATTEND_THREAD_ROWS 32 /* blocks of at least this many rows (prefills) share them among threads */
 
 /* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
  * one for the CPU once: every call in a process runs the same instructions, so a row's bits do
@@ -396,7 +396,7 @@ static void *attend_thread(void *job) {
  * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
  * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
  * float32, exp(s - max) by expf, summed in key order; the output is sum_p e_p v_p in key order,
- * times 1 / sum. The rows of a block of 8 or more are shared among ``threads`` threads. Returns 0, or -1 when
+ * times 1 / sum. The rows of a block of 32 or more are shared among ``threads`` threads. Returns 0, or -1 when
  * memory or a thread could not be had. */
 int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const float *keys, const float *values,
               long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
