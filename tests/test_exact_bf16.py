@@ -70,15 +70,6 @@ def test_a_prompt_prefilled_in_chunks_caches_and_continues_as_prefilled_whole(bf
     assert result["cells"] == 6 and result["differ"] == 0, result["differing"]
 
 
-def test_the_grid_sees_a_forward_whose_rows_are_not_invariant(bf16, long_prompt):
-    """The same grid on the earlier fast path (``exact=False``): float32 attention over a float32
-    cache for short blocks and Hugging Face's arithmetic for prefills, which cached prompts
-    differently by chunks (the grid above cannot pass by construction)."""
-    fast = Target(bf16[0], bf16[1], options=ForwardOptions(exact=False))
-    assert not fast.lean.exact and execution_plan(fast)["exact"] == "no"
-    assert prefill_chunks(fast.lean, long_prompt, (297, 540))["differ"] > 0
-
-
 @pytest.fixture(scope="module")
 def bigrams(tmp_path_factory):
     """A corpus bigram of each language's bundled training text (the target's tokenizer)."""

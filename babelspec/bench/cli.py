@@ -45,16 +45,15 @@ def bench_engine(
 @bench_app.command("exact")
 def bench_exact(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model (bf16, a Gemma-3 text model)."),
-    rounds: int = typer.Option(15, help="Rounds over every (forward, shape), the forwards' order alternating."),
+    rounds: int = typer.Option(15, help="Rounds over every shape, the order reversed every round."),
     context: int = typer.Option(300, help="Tokens cached before the timed decode and verification blocks."),
     data_root: str = typer.Option(None, "--data-root", help="A corpora folder with SIB-200: adds the exactness "
-                                  "grid of both forwards on a 4-shot FLORES-200 Amharic prompt."),
+                                  "grid on a 4-shot FLORES-200 Amharic prompt."),
     output: str = typer.Option(None, help="Also write the JSON here."),
 ) -> None:
-    """The exact bf16 forward against the earlier fast one (exact=False), side by side: decode,
-    verification of 2-16 tokens and a tree of 8 in decode steps, prefill tokens/s at 300 and
-    1,000 tokens, and (with --data-root) which (context, block) cells give a block's rows the
-    bits of one-token steps."""
+    """The exact bf16 forward's costs: decode, verification of 2-16 tokens and a tree of 8 in
+    decode steps, prefill tokens/s at 300 and 1,000 tokens, and (with --data-root) which (context,
+    block) cells give a block's rows the bits of one-token steps (all of them, or it is not exact)."""
     from babelspec.bench.exact import exact_costs
 
     if rounds < 1 or context < 1:

@@ -14,7 +14,6 @@ import torch
 from babelspec.data.loaders import load_layout_pairs
 from babelspec.data.tasks import PromptData, get_task
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
-from babelspec.forward.options import ForwardOptions
 from babelspec.target import Target
 
 # the paper's languages with FLORES-200 text (chr and haw have none), by their SIB-200 files
@@ -123,60 +122,48 @@ def _median_ms(times: list[float]) -> float:
 
 def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, rounds: int = 15,
                 context: int = 300) -> dict:  # fmt: skip
-    """The exact forward against ``ForwardOptions(exact=False)`` on the same weights, side by side
-    in rounds whose order alternates: decode ms/token, verification of 2, 4, 8 and 16 tokens and
-    a token tree of 8 (in decode steps of the same forward), prefill tokens/s at 300 and 1,000
-    tokens; and, with ``root`` (a corpora folder), the exactness grid of both on a 4-shot FLORES
-    prompt."""
+    """The exact bf16 forward's costs, each shape once per round in an order reversed every round:
+    decode ms/token, verification of 2, 4, 8 and 16 tokens and a token tree of 8 (also in decode
+    steps), prefill tokens/s at 300 and 1,000 tokens; and, with ``root`` (a corpora folder), the
+    exactness grid on a 4-shot FLORES-200 Amharic prompt. (The numbers of the earlier,
+    non-invariant path beside these: ``benchmarks/results/exact_bf16.json``.)"""
     from babelspec.machine import execution_info
     from babelspec.models import load_model
 
     model, tokenizer = load_model(target, dtype="bfloat16")
-    forwards = {"exact": Target(model, tokenizer, options=ForwardOptions(exact=True)),
-                "fast (exact=False)": Target(model, tokenizer, options=ForwardOptions(exact=False))}  # fmt: skip
+    t = Target(model, tokenizer)
+    lean = _lean(t)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(10, 50_000, (1, 1_100), generator=g)
     tree = torch.tensor([-1, 0, 0, 1, 1, 2, 3, 4])
-    shapes = [("decode", 1), ("verify 2", 2), ("verify 4", 4), ("verify 8", 8), ("verify 16", 16), ("tree 8", 8)]
-    times: dict[tuple[str, str], list[float]] = {(f, s): [] for f in forwards for s, _ in shapes}
-    prefill: dict[tuple[str, int], list[float]] = {(f, n): [] for f in forwards for n in (300, 1000)}
-    names = list(forwards)
+    shapes = [("decode", 1), ("verify 2", 2), ("verify 4", 4), ("verify 8", 8), ("verify 16", 16), ("tree 8", 8),
+              ("prefill 300", 300), ("prefill 1000", 1000)]  # fmt: skip
+    times: dict[str, list[float]] = {s: [] for s, _ in shapes}
     for r in range(rounds + 1):  # round 0 warms up and is dropped
-        for name in names if r % 2 else names[::-1]:
-            lean = _lean(forwards[name])
-            for n in (300, 1000):
-                cache = lean.new_cache()
-                t0 = time.perf_counter()
-                lean.forward(ids[:, :n], cache, CACHE_ONLY)
-                if r:
-                    prefill[(name, n)].append(time.perf_counter() - t0)
+        for shape, n in shapes if r % 2 else shapes[::-1]:
             cache = lean.new_cache()
-            lean.forward(ids[:, :context], cache, CACHE_ONLY)
-            for shape, n in shapes:
+            if not shape.startswith("prefill"):
+                lean.forward(ids[:, :context], cache, CACHE_ONLY)
                 block = ids[:, context : context + n]
-                t0 = time.perf_counter()
-                lean.forward(block, cache, 0, tree if shape.startswith("tree") else None)
-                elapsed = time.perf_counter() - t0
-                cache.crop(-n)
-                if r:
-                    times[(name, shape)].append(elapsed)
-    out: dict = {"machine": {name: execution_info(t) for name, t in forwards.items()}, "target": target, "rounds": rounds, "context": context, "forwards": {}}
-    for name in names:
-        decode = statistics.median(times[(name, "decode")])
-        row = {"decode_ms_per_token": _median_ms(times[(name, "decode")])}
-        for shape, _ in shapes[1:]:
-            row[f"{shape} (ms)"] = _median_ms(times[(name, shape)])
-            row[f"{shape} (decode steps)"] = round(statistics.median(times[(name, shape)]) / decode, 3)
-        for n in (300, 1000):
-            row[f"prefill {n} (tokens/s)"] = round(n / statistics.median(prefill[(name, n)]), 1)
-        row["exact"] = _lean(forwards[name]).exact
-        out["forwards"][name] = row
-    fast, exact = out["forwards"][names[1]], out["forwards"][names[0]]
-    out["fast_over_exact"] = {k: round(exact[k] / fast[k], 3) if "tokens/s" not in k else round(fast[k] / exact[k], 3)
-                              for k in exact if k.endswith("(ms)") or k == "decode_ms_per_token" or "tokens/s" in k}  # fmt: skip
+            else:
+                block = ids[:, :n]
+            t0 = time.perf_counter()
+            lean.forward(block, cache, CACHE_ONLY if shape.startswith("prefill") else 0,
+                         tree if shape.startswith("tree") else None)  # fmt: skip
+            if r:
+                times[shape].append(time.perf_counter() - t0)
+    decode = statistics.median(times["decode"])
+    row: dict = {"decode_ms_per_token": _median_ms(times["decode"])}
+    for shape, n in shapes[1:]:
+        if shape.startswith("prefill"):
+            row[f"{shape} (tokens/s)"] = round(n / statistics.median(times[shape]), 1)
+        else:
+            row[f"{shape} (ms)"] = _median_ms(times[shape])
+            row[f"{shape} (decode steps)"] = round(statistics.median(times[shape]) / decode, 3)
+    out: dict = {"machine": execution_info(t), "target": target, "rounds": rounds, "context": context,
+                 "exact_rows": list(lean.exact_rows()), "costs": row}  # fmt: skip
     if root is not None:
         prompt = tokenizer(flores_prompts(root, "amh", tokenizer)[0]).input_ids
         contexts = tuple(c for c in (5, 24, 97, 297) if c + 16 <= len(prompt))
-        out["grid"] = {name: chain_grid(_lean(t), prompt, contexts) for name, t in forwards.items()}
-        out["grid_prompt_tokens"] = len(prompt)
+        out["grid"] = {"prompt_tokens": len(prompt), **chain_grid(lean, prompt, contexts)}
     return out

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
 from babelspec.forward.certified import HeadRequest
-from babelspec.forward.kernels import Linear, Linears, float32_attention_rows_agree
+from babelspec.forward.kernels import Linear, Linears
 from babelspec.forward.native import Glue, glue
 from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import Int8Linear, W8A8Linear
@@ -139,31 +139,22 @@ class LeanGemma3(Forward):
                 self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
         # bf16 on the CPU with the merges: the exact path (``exact``). Every block, of any length
         # (a decode step, a verification chain or tree, a prefill or its chunks, a batched slot),
-        # runs the stacked products (row-invariant with ``pad_row``: ``batch_rows``), the norms,
-        # residual adds and rotation row by row in C (``native``), and attention row by row with a
-        # decode step's order of operations (``bs_attend``, over a float32 cache; without the glue
-        # ``_attend_rows``, the same property in torch operations over a bf16 cache): each row gets the bits it gets
-        # alone after the same cache, so speculative greedy output is plain greedy output, bit for
-        # bit, and a sampled draft is judged on the row plain decoding computes
-        glued = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
-                 and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
-                         for layer in self.layers))  # fmt: skip
-        self.exact = glued and options.exact
+        # runs the stacked products in pieces whose rows round as alone (``exact_rows``), the
+        # norms, residual adds and rotation row by row in C (``native``), and attention row by
+        # row in a decode step's order of operations (``bs_attend``, over a float32 cache of the
+        # bf16 keys and values; without the glue ``_attend_rows``, the same property in torch
+        # operations over a bf16 cache). Each row gets the bits it gets alone after the same
+        # cache, so speculative greedy output is plain greedy output, bit for bit, and a sampled
+        # draft is judged on the row plain decoding computes (``tests/test_exact_bf16.py``)
+        self.exact = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
+                      and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
+                              for layer in self.layers))  # fmt: skip
         if self.exact:
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
-        if glued and options.native:
-            self.glue = glue()
-            if self.exact and self.glue is not None:
-                # float32 keys and values (bf16 values, exactly): the kernel reads them without
-                # conversions (``bench exact``)
-                self.cache_dtype = torch.float32
-            # ``exact=False``: blocks of up to ``merge_max_tokens`` run the glue and attend in
-            # float32 over a float32 cache where MKL's float32 products give a block's rows a decode
-            # step's bits on random rows (``float32_attention_rows_agree``; on real prompts 49 of
-            # 291 (context, block) cells still differed); prefills take Hugging Face's arithmetic
-            groups = self.heads // self.kv_heads
-            if not self.exact and self.glue is not None and float32_attention_rows_agree(groups, self.head_dim):
-                self.cache_dtype = torch.float32
+            if options.native:
+                self.glue = glue()
+            if self.glue is not None:
+                self.cache_dtype = torch.float32  # read by the kernel without conversions
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's

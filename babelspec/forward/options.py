@@ -35,22 +35,17 @@ class ForwardOptions:
     an int8 pass and exact products on the candidates its error bound keeps. Full by default:
     ``babelspec bench forward --heads full,certified`` measured it no faster on a 2-core Zen 4.
 
-    ``exact``: the bf16 forward's every row, in a block of any length (a decode step, a
-    verification chain or tree, a prefill whole or in chunks, a batched slot), gets the bits of
-    the same row computed alone after the same cache: attention row by row in a decode step's
-    order (``bs_attend``), the products in row-invariant pieces (``LeanGemma3.exact_rows``), one
-    path for every block length. So speculative greedy output is plain greedy output, bit for
-    bit, and a drafted token is judged on the row plain decoding computes (docs/statistics.md).
-    ``False`` restores the earlier fast mode (float32 attention over a float32 cache for blocks of
-    up to ``merge_max_tokens``, Hugging Face's arithmetic for longer ones), which is not exact on
-    real prompts; ``babelspec bench exact`` measures the two side by side.
+    ``merge_max_tokens``: the batcher shares a forward only among blocks this short (decode steps
+    and verifications; a prefill runs alone); on the paths that are not exact (float32, fuse off,
+    int8 drafters) longer blocks also take Hugging Face's products one for one.
 
-    ``merge_max_tokens``: with ``exact=False``, blocks of at most this many tokens (decode steps
-    and verifications) run the merges and the glue, longer ones (prefills) Hugging Face's
-    products one for one. The batcher merges only blocks this short, on either path.
+    bf16 on the CPU with ``fuse`` is exact (``LeanGemma3.exact``): every row of a block of any
+    length gets the bits of the same row computed alone after the same cache, with the glue
+    (``native``) or without it. An earlier fast path that was not (float32 attention for short
+    blocks, Hugging Face's arithmetic for prefills) was no faster on decode and at most 8 %
+    faster on verification (``benchmarks/results/exact_bf16.json``), so it is gone.
     """
 
-    exact: bool = True
     pack: bool = True
     fuse: bool = True
     native: bool = field(default_factory=native_default)
