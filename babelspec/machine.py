@@ -194,7 +194,8 @@ def machines_summary(machines: list[dict[str, Any]]) -> list[dict[str, Any]]:
         entry = kinds.setdefault(kind, {
             "kind": kind, "device": _device(machine),
             "dtype": machine.get("dtype", ""),
-            "mode": precision_mode(machine["dtype"]) if machine.get("dtype") else "",
+            "mode": ("exact" if (machine.get("plan") or {}).get("exact") == EXACT_BF16
+                     else precision_mode(machine["dtype"]) if machine.get("dtype") else ""),
             "precision": machine.get("precision", ""), "plan": machine.get("plan", {}),
             "threads": machine.get("threads"), "generations": 0, "hosts": set()})  # fmt: skip
         entry["generations"] += 1

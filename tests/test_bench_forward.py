@@ -18,7 +18,7 @@ def test_forward_bench_puts_lean_and_hf_side_by_side():
     out = json.loads(res.output[res.output.index("{"):])
     lean, hf = out["dtypes"]["bfloat16"], out["dtypes"]["bfloat16/hf"]
     assert lean["forward"] == "lean" and hf["forward"] == "hf"
-    assert lean["dtype"] == hf["dtype"] == "bfloat16" and lean["mode"] == "fast"
+    assert lean["dtype"] == hf["dtype"] == "bfloat16" and lean["mode"] == "exact" and hf["mode"] == "fast"
     assert set(lean["verify_ms"]) == {"2"} and lean["decode_ms"] > 0 and hf["plain_generate_step_ms"] > 0
     assert set(out["forward_speedup_decode"]) == {"bfloat16: lean vs hf"}
     # the decode floor: the default model's bf16 weights (tied output head counted once)

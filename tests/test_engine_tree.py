@@ -260,17 +260,15 @@ def real_bigram(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("dtype", "forward"), [("float32", "lean"), ("bfloat16", "lean"), ("float32", "hf")])
+@pytest.mark.parametrize(("dtype", "forward"), [("float32", "lean"), ("float32", "hf")])
 def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram, dtype, forward):
     """The real target and a real bigram: a tree of 12 nodes per step decodes greedily to the
     same tokens as plain decoding, and keeps more drafted tokens per step than the chain; with
-    the lean forward and with Hugging Face's."""
+    the lean forward and with Hugging Face's, in float32 (bf16 on the lean forward, on real
+    prompts in 9 languages: ``tests/test_exact_bf16.py``)."""
     from babelspec.drafters import make_drafter
-    from babelspec.machine import cpu_flags
     from babelspec.models import DEFAULT_TARGET, load_model
 
-    if dtype == "bfloat16" and ("avx512_bf16" not in cpu_flags() or "amx_bf16" in cpu_flags()):
-        pytest.skip("bf16 verification rows equal decode rows where measured: AVX-512 BF16 without AMX (Zen 4)")
     target = Target(*load_model(DEFAULT_TARGET, dtype=dtype), forward=forward)
     assert (target.lean is None) == (forward == "hf") and target.supports_trees
     greedy = SamplingConfig(greedy=True)

@@ -93,9 +93,12 @@ def test_every_result_records_its_execution_plan():
     assert plan["forward"] == "lean" and plan["weights"] == "bfloat16"
     assert plan["glue"] == (glue() is not None and target.lean.glue is not None)
     assert plan["cache"] == ("float32" if target.lean.cache_dtype == torch.float32 else "bfloat16")
-    off_target = Target(bf16, options=ForwardOptions(native=False))  # no glue, no float32 attention: said so
+    off_target = Target(bf16, options=ForwardOptions(native=False))  # no glue, a bf16 cache: said so
     off = execution_info(off_target)["plan"]
     assert not off["glue"] and off["cache"] == "bfloat16" and "no C glue" in describe(execution_info(off_target))
     assert execution_info(Target(tiny_qwen3()))["plan"]["forward"] == "hf"  # a family without the lean forward
     line = describe_machines(machines_summary([machine_fingerprint(target)]))
-    assert "lean forward" in line and "bfloat16 KV cache" in line
+    assert "lean forward" in line and f"{plan['cache']} KV cache" in line
+    assert plan["exact"] == "bf16 rows invariant" and "bfloat16 (exact mode)" in line and "exact: bf16 rows invariant" in line
+    assert off["exact"] == "bf16 rows invariant"  # the torch operations keep the property
+    assert execution_info(Target(tiny_gemma3()))["plan"]["exact"] == "float32"

@@ -33,7 +33,8 @@ def test_the_table_holds_flores200_and_the_paper_keeps_its_codes() -> None:
     assert language_set("paper") == PAPER_LANGUAGES and len(PAPER_LANGUAGES) == 11
     # the paper's languages keep their codes; FLORES-200's codes are their aliases
     for alias, code in {"amh_Ethi": "amh", "kab_Latn": "ber", "tzm_Tfng": "zgh", "quy_Latn": "que",
-                        "npi_Deva": "npi", "NPI_deva": "npi", "ne": "npi", "tzm": "ber"}.items():  # fmt: skip
+                        "npi_Deva": "npi", "NPI_deva": "npi", "ne": "npi", "tzm": "zgh", "kab": "ber",
+                        "Central Atlas Tamazight": "zgh", "Ayacucho Quechua": "que", "Kabyle": "ber"}.items():  # fmt: skip
         assert get_language(alias).code == code
     swahili = get_language("swahili")
     assert (swahili.code, swahili.script, swahili.family, swahili.ntrex) == ("swh_Latn", "Latn", "Atlantic-Congo", "swa")
@@ -156,3 +157,31 @@ def test_a_flores200_language_runs_end_to_end_without_test_sentences_in_training
     assert across["rows"][0]["train_tokens"] > 10_000 and across["rows"][0]["tokens_per_char"] > 0
     moscar = CORPORA.parent / "resources" / "mOSCAR.md"  # named without this machine's paths
     assert across["moscar"] == ("resources/mOSCAR.md" if moscar.is_file() else "")
+
+
+def test_every_ntrex_and_oldi_file_of_the_table_is_in_its_languages_script() -> None:
+    """A language's n-gram counts its NTREX-128 and OLDI Seed text: each file the table names must
+    be written in the language's own script (``arb_Latn`` once counted Arabic-script NTREX)."""
+    import pytest
+
+    from babelspec.data.langid import script_score
+    from babelspec.data.loaders import layout_file
+    from babelspec.data.real import corpora_root
+
+    root = corpora_root(None)
+    if root is None:
+        pytest.skip("the real corpora (BABELSPEC_CORPORA or ../shared/corpora) are not here")
+    checked, wrong = 0, []
+    for code, lang in LANGUAGES.items():
+        for layout, name in (("ntrex", lang.ntrex), ("oldi-seed", lang.oldi)):
+            if not name:
+                continue
+            path = layout_file(layout, root, code, "all")
+            if not path.is_file():
+                continue
+            with open(path, encoding="utf-8") as handle:
+                text = "".join(line for _, line in zip(range(40), handle))
+            checked += 1
+            if script_score(text, code) < 0.5:
+                wrong.append(f"{code} {layout} {path.name}: {script_score(text, code):.2f} in {lang.script}")
+    assert checked > 100 and not wrong, wrong

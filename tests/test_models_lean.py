@@ -52,6 +52,12 @@ def _both(model, schedule, seed: int = 0, fuse: bool = True, glue: bool = True):
     return pairs
 
 
+def _mean_tv(pairs) -> float:
+    """The mean over rows of the total-variation distance between the two softmaxes of a row."""
+    tv = [0.5 * (a.float().softmax(-1) - b.float().softmax(-1)).abs().sum(-1) for a, b in pairs]
+    return torch.cat(tv).mean().item()
+
+
 def _max_tv(pairs) -> float:
     """The largest total-variation distance between the two softmaxes of a row."""
     return max(0.5 * (a.float().softmax(-1) - b.float().softmax(-1)).abs().sum(-1).max().item() for a, b in pairs)
@@ -158,9 +164,13 @@ def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
     schedule = [(40, 0), (1, 0), (5, 3), (1, 0), (9, 8), (1, 0)]
     for hf, lean in _both(target.model, schedule, fuse=dtype == "float32"):
         assert torch.equal(hf, lean)
-    if dtype == "bfloat16":  # with the merges: the prefill bit for bit, the blocks' distributions close
-        pairs = _both(target.model, schedule, glue=False)
-        assert torch.equal(*pairs[0]) and _max_tv(pairs) < 0.05
+    if dtype == "bfloat16":  # the exact path has its own arithmetic, row by row: as near float32 as HF's bf16
+        reference = [hf for hf, _ in _both(real_models["float32"].model, schedule, fuse=False)]
+        for glue in (True, False):
+            pairs = _both(target.model, schedule, glue=glue)
+            ours = _mean_tv([(ref, lean) for ref, (_, lean) in zip(reference, pairs)])
+            theirs = _mean_tv([(ref, hf) for ref, (hf, _) in zip(reference, pairs)])
+            assert ours < 1.25 * theirs + 0.01, (glue, ours, theirs)
         if onednn_packs_bf16():  # the merges stack packed products
             assert all(torch.equal(*pair) for pair in _merged_and_apart(target.model, schedule))
 

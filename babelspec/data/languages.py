@@ -56,7 +56,7 @@ _LANGS = [
         udhr="amh", locales=("am",), cldr="am", endonym="አማርኛ",
     ),
     Language(
-        "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "tzm", "kab_latn"),
+        "ber", "Berber (Kabyle, Latin script)", "Latn", ("kab", "kabyle", "berber", "kab_latn"),
         "Kabyle stands in for Latin-script Berber: UDHR (Kabyle) and Firefox/Thunderbird/GNOME UI "
         "strings. For Tifinagh Berber see zgh.",
         udhr="071", locales=("kab",), cldr="", endonym="Taqbaylit",
@@ -93,7 +93,7 @@ _LANGS = [
         udhr="lnc", locales=("oc",), cldr="oc", endonym="occitan",
     ),
     Language(
-        "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua", "quy_latn"),
+        "que", "Quechua", "Latn", ("qu", "quz", "quy", "quechua", "ayacucho quechua", "quy_latn"),
         "Almost nothing: UDHR (Cusco Quechua, one document) and CLDR emoji names only.",
         udhr="quz", locales=("qu", "quz"), cldr="qu", endonym="Runasimi",
     ),
@@ -103,7 +103,7 @@ _LANGS = [
         udhr="yor", locales=("yo",), cldr="yo", endonym="Èdè Yorùbá",
     ),
     Language(
-        "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm_tfng", "zgh_tfng"),
+        "zgh", "Standard Moroccan Tamazight", "Tfng", ("tifinagh", "tamazight", "tzm", "central atlas tamazight", "tzm_tfng", "zgh_tfng"),
         "Almost nothing: UDHR (Tifinagh, one document) only.",
         udhr="zgh", locales=("zgh",), cldr="zgh", endonym="ⵜⴰⵎⴰⵣⵉⵖⵜ",
     ),
@@ -150,7 +150,7 @@ LANGUAGE_SETS: dict[str, tuple[str, ...]] = {"paper": PAPER_LANGUAGES, "flores20
 
 def _aliases() -> dict[str, str]:
     out: dict[str, str] = {}
-    for lang in _LANGS:  # the paper's aliases first: they win any clash (tzm is ber, not tzm_Tfng)
+    for lang in _LANGS:  # the paper's aliases first: they win any clash (tzm, Central Atlas Tamazight, is zgh)
         for key in (lang.code, lang.name.lower(), *lang.aliases):
             out[key.lower()] = lang.code
     bases: dict[str, list[str]] = {}
