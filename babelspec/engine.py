@@ -7,6 +7,7 @@ that proposes nothing, so wall-clock speedups compare like with like.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -16,6 +17,7 @@ import torch
 from babelspec.drafters.base import Draft, Drafter, Verdict, check_vocabulary
 from babelspec.forward import HeadRequest
 from babelspec.forward.certified import CERTIFIED_TOP_K
+from babelspec.machine import execution_plan
 from babelspec.sampling import Probs, SamplingConfig, draw_index, top_rows, warp
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 from babelspec.target import Target
@@ -343,6 +345,8 @@ def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamm
                    stop_strings, eos_token_ids) -> set[int]:  # fmt: skip
     """Refuse a bad request with a message; the EOS ids that end the generation."""
     validate_request(target, drafter, prompt_ids, gamma, max_new_tokens)
+    if gamma > 0 and getattr(drafter, "name", "none") != "none":
+        _warn_if_not_exact(target)
     tokenizer = target.tokenizer
     if any(not isinstance(s, str) or not s for s in stop_strings):
         raise ValueError(f"stop strings must be non-empty strings (got {list(stop_strings)!r}): an empty one "
@@ -353,6 +357,24 @@ def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamm
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         eos_token_ids = () if eos is None else (eos,)
     return set(eos_token_ids)
+
+
+_WARNED_NOT_EXACT: set[str] = set()
+
+
+def _warn_if_not_exact(target: Target) -> None:
+    """Once per target kind: a bf16 (or float16) target whose forward is not row-invariant (Hugging
+    Face's, for families without the lean forward) may round a verification row otherwise than
+    the decode step, so greedy output can part from plain decoding's at a near-tie."""
+    plan = execution_plan(target)
+    if plan.get("exact") != "no" or plan.get("forward") in _WARNED_NOT_EXACT:
+        return
+    _WARNED_NOT_EXACT.add(plan.get("forward", ""))
+    warnings.warn(f"speculating on a {plan.get('weights')} target through the {plan.get('forward')} forward, whose "
+                  "rows are not bit-invariant: a verification row may round otherwise than plain decoding's step, "
+                  "so outputs can differ at near-ties; load it in float32 (the exact mode of that forward) for "
+                  "bit-exact speculation, or use a Gemma-3 model, whose lean bf16 forward is exact",
+                  stacklevel=3)  # fmt: skip
 
 
 def _record_step(result: GenerationResult, draft: Draft, depth: int, v: Verification) -> None:

@@ -547,7 +547,9 @@ def drafter_means(best: list[SettingStats]) -> list[dict]:
             "f_mean": float(np.nanmean([c.theoretical_f for c in cells])) if any(
                 math.isfinite(c.theoretical_f) for c in cells) else math.nan,
             "speedup_mean": float(np.mean(sp)) if sp else math.nan,
-            "speedup_worst": worst.speedup if sp else math.nan,
+            "speedup_worst": worst.speedup if sp else math.nan,  # held out
+            "worst_selection": getattr(worst, "selection_speedup", math.nan) if sp else math.nan,
+            "speedup_min": float(np.min(sp)) if sp else math.nan,  # the lowest held-out number
             "worst_language": worst.language if sp else "",
         })  # fmt: skip
     return rows

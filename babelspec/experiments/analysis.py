@@ -114,7 +114,12 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         "router": router.to_dict(),
         # held out; the worst route chosen on the choosing prompts, like the headline's
         "router_headline": {"mean": mean, "mean_low": low, "mean_high": high,
-                            "worst": asdict(agg.worst_by_selection(routed)) if routed else None},
+                            "worst": asdict(agg.worst_by_selection(routed)) if routed else None,
+                            # held out: how many routed (language, task) pairs are below plain decoding
+                            "routes": len(routed), "plain": sum(r.drafter == "none" for r in routed),
+                            "below_one": sum(r.drafter != "none" and r.predicted_speedup < 1.0 for r in routed),
+                            "lowest": min((r.predicted_speedup if r.drafter != "none" else 1.0 for r in routed),
+                                          default=math.nan)},
         "divergence": divergence,
         "divergence_correlation": correlations,
         "corpus": sizes,
