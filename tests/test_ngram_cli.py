@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 import pytest
 from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
 from typer.testing import CliRunner
@@ -153,3 +155,32 @@ def test_export_for_each_engine_per_language(tmp_path, tokenizer_dir):
 
     res = runner.invoke(app, ["ngram", "export", *args, "--format", "gguf", "-o", str(tmp_path / "x")])
     assert res.exit_code == 2 and "choose one of llama.cpp, vllm, transformers" in " ".join(res.output.replace("│", " ").split())
+
+
+def test_vllm_tables_exported_under_any_code_of_a_language_draft_under_the_canonical_one(tmp_path, tokenizer_dir):
+    """``amh_Ethi=`` and ``ne=`` are amh and npi, as the detector names them: the tables are keyed
+    by those, and babelspec's vLLM proposer drafts for a request in them (``lang`` given as an
+    alias too). A code no language has is refused with the fix."""
+    from types import SimpleNamespace
+
+    from babelspec.integrations.vllm import NgramProposer, read_tables
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    table = tmp_path / "tri.ngram"
+    res = runner.invoke(app, ["ngram", "train", "--corpus", str(corpus), "--tokenizer", str(tokenizer_dir),
+                              "--order", "3", "-o", str(table)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["ngram", "export", f"amh_Ethi={table}", f"ne={table}", "--format", "vllm",
+                              "-o", str(tmp_path / "vllm")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert sorted(read_tables(tmp_path / "vllm")) == ["amh", "npi"]
+    for lang in ("npi_Deva", "amh"):
+        config = SimpleNamespace(additional_config={"babelspec": {"tables": str(tmp_path / "vllm"), "lang": lang,
+                                                                   "threshold": "0"}},
+                                 speculative_config=SimpleNamespace(num_speculative_tokens=3),
+                                 model_config=SimpleNamespace(max_model_len=64, tokenizer=str(tokenizer_dir)))  # fmt: skip
+        drafted = NgramProposer(config).draft(np.array(ids("a b"), dtype=np.int64), 3)
+        assert drafted and drafted[0] == ids("c")[0]  # "a b" is followed by "c" twice, by "d" once
+    res = runner.invoke(app, ["ngram", "export", f"xx_Zzzz={table}", "--format", "vllm", "-o", str(tmp_path / "v2")])
+    assert res.exit_code == 2 and "name the table's language as LANG=FILE" in " ".join(res.output.replace("│", " ").split())

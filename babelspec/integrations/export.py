@@ -35,6 +35,24 @@ def language_of(model: NgramModel, path: Path) -> str:
     return corpus.split(":", 1)[0] if ":" in corpus else path.stem.split(".")[0]
 
 
+def canonical_tables(tables: dict[str, Path]) -> dict[str, Path]:
+    """``tables`` keyed by each language's canonical code (``amh_Ethi`` and ``am`` are amh, as the
+    language detector names it), so that an engine's per-language tables are found whatever code
+    they were written under; a clear error for a code no language has, or two codes of one."""
+    from babelspec.data.languages import UnknownLanguageError, get_language
+
+    out: dict[str, Path] = {}
+    for lang, path in tables.items():
+        try:
+            code = get_language(lang).code
+        except UnknownLanguageError as err:
+            raise ValueError(f"{path}: {err}; name the table's language as LANG=FILE") from None
+        if code in out and out[code] != path:
+            raise ValueError(f"two tables for {code}: {out[code]} and {path} (as {lang!r})")
+        out[code] = path
+    return out
+
+
 def start_line(fmt: str, path: Path, lang: str) -> str:
     """How to start the engine with an exported artifact."""
     if fmt == "llama.cpp":
@@ -59,6 +77,7 @@ def export_tables(tables: dict[str, Path], fmt: str, out: str | os.PathLike) -> 
     if not tables:
         raise ValueError("nothing to export: name n-gram files (LANG=FILE) or a router whose routes draft with them")
     out = Path(out)
+    tables = canonical_tables(tables)
     models = {lang: NgramModel.load(path) for lang, path in tables.items()}
     if fmt == "llama.cpp":
         out.mkdir(parents=True, exist_ok=True)

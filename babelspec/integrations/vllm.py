@@ -83,7 +83,10 @@ def read_tables(folder: str | os.PathLike) -> dict[str, NgramModel]:
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path} is not a babelspec vLLM tables manifest (format {manifest.get('format')!r})")
-    return {lang: NgramModel.load(folder / name) for lang, name in manifest["languages"].items()}
+    from babelspec.data.languages import get_language
+
+    # keyed by canonical codes whatever a manifest says (``amh_Ethi`` is amh, as the detector names it)
+    return {get_language(lang).code: NgramModel.load(folder / name) for lang, name in manifest["languages"].items()}
 
 
 class NgramProposer:
@@ -92,6 +95,7 @@ class NgramProposer:
     def __init__(self, vllm_config: Any) -> None:
         from transformers import AutoTokenizer
 
+        from babelspec.data.languages import get_language
         from babelspec.models.tokenizers import tokenizer_fingerprint
 
         options = dict((getattr(vllm_config, "additional_config", None) or {}).get("babelspec") or {})
@@ -114,7 +118,7 @@ class NgramProposer:
         for lang, table in tables.items():
             table.check_tokenizer(fingerprint)
             self.drafters[lang] = NgramDrafter(table, config, vocab_size=vocab)
-        self.lang = options.get("lang")
+        self.lang = get_language(options["lang"]).code if options.get("lang") else None
         if self.lang is not None and self.lang not in self.drafters:
             raise ValueError(f"lang {self.lang!r} has no table in {options['tables']}; it has {sorted(self.drafters)}")
         self.detector = None if self.lang else OutputChecker.from_corpora(list(self.drafters), use_langid=False).classifier
