@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
 import pytest
 from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
 from typer.testing import CliRunner
