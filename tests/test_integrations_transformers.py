@@ -59,15 +59,31 @@ def test_sampled_tokens_follow_transformers_warped_distribution():
         counts[tuple(out[0, 3:].tolist())] += 1
     keys = [k for k in exact if exact[k] > 0]
     assert sum(counts[k] for k in keys) == runs  # nothing outside the warped support
+    assert len(keys) >= 10  # the pairs are varied enough to tell distributions apart
+    assert _chisquare_p(counts, exact, runs) > 1e-3
+    # the control: the same samples against the distribution warped at another temperature fail
+    hotter = {**settings, "temperature": 1.6}
+    first_hot = _warped(model, prompt, **hotter)
+    other = {(a, b): first_hot[a].item() * _warped(model, prompt + [a], **hotter)[b].item()
+             for a, b in itertools.product(range(16), repeat=2) if first_hot[a] > 0}  # fmt: skip
+    assert _chisquare_p(counts, other, runs) < 1e-3
+
+
+def _chisquare_p(counts: dict, exact: dict, runs: int) -> float:
+    """Chi-square p-value of sampled pair ``counts`` against pair probabilities ``exact``: cells
+    whose expected count is under 5 pooled into one; a sampled pair ``exact`` gives no mass makes
+    the test fail outright (p = 0)."""
+    if any(n and exact.get(k, 0.0) <= 0 for k, n in counts.items()):
+        return 0.0
+    keys = [k for k in exact if exact[k] > 0]
     expected = torch.tensor([exact[k] for k in keys], dtype=torch.float64)
     expected = expected / expected.sum() * runs
     pooled = expected < 5  # rare pairs pooled into one cell
-    observed = torch.tensor([counts[k] for k in keys], dtype=torch.float64)
+    observed = torch.tensor([counts.get(k, 0) for k in keys], dtype=torch.float64)
     f_obs, f_exp = observed[~pooled], expected[~pooled]
     if pooled.any():
         f_obs, f_exp = torch.cat([f_obs, observed[pooled].sum()[None]]), torch.cat([f_exp, expected[pooled].sum()[None]])
-    assert len(keys) >= 10  # the pairs are varied enough to tell distributions apart
-    assert chisquare(f_obs.numpy(), f_exp.numpy()).pvalue > 1e-3
+    return float(chisquare(f_obs.numpy(), f_exp.numpy()).pvalue)
 
 
 def test_a_batch_of_prompts_is_refused_with_a_message():

@@ -67,3 +67,21 @@ def test_report_shows_what_int8_costs_each_language(tmp_path):
     md = build_report(tmp_path)["markdown"].read_text()
     assert "## What int8 costs each language" in md
     assert "| amh | translation | 3 | all | 0.90 | 0.70 | 0.20 | 0.60 → 0.50 | 1.33x → 1.60x |" in md
+
+
+def test_the_paper_figure_draws_no_text_over_other_text():
+    """Fig. 1: the rotated drafter names of the upper panels once ran into the titles of the lower."""
+    from babelspec.report.figures import paper_table_figure, text_overlaps
+
+    drafters = ["bigram", "bigram-distilled", "trigram", "self:6", "int8:amh", "distilled-story"]
+    table = [{"task": task, "drafter": d, "alpha": 0.3 + 0.05 * i, "alpha_low": 0.2, "alpha_high": 0.5,
+              "speedup": 1.1 + 0.05 * i, "speedup_low": 0.9, "speedup_high": 1.4}
+             for task in ("story", "translation") for i, d in enumerate(drafters)]  # fmt: skip
+    paper = {"bigram": {"story": (0.2, 1.1), "translation": (0.3, 1.2)}}
+    fig = paper_table_figure(table, paper)
+    assert fig is not None
+    assert text_overlaps(fig) == []
+    ax = fig.axes[0]  # the check sees text drawn over text
+    ax.text(0.5, 0.5, "overlapping", transform=ax.transAxes)
+    ax.text(0.5, 0.5, "overlapping too", transform=ax.transAxes)
+    assert ("overlapping", "overlapping too") in text_overlaps(fig)

@@ -26,14 +26,16 @@ class ForwardOptions:
     verification does (``benchmarks/results/lean_fusion.json``); ``False`` keeps Hugging Face's
     products one for one.
 
-    ``native``: the C glue between the products in bf16 and float32 attention over a float32
-    cache, where they give a block's rows a decode step's bits (``benchmarks/results/native_glue.json``);
-    it needs ``fuse``.
+    ``native``: the C glue between the products in bf16 (``benchmarks/results/native_glue.json``)
+    and attention row by row in C over a float32 cache (``bs_attend``); without it the same
+    row-invariant arithmetic runs in torch operations, slower. It needs ``fuse``.
 
     ``head``: ``"full"`` computes every logit; ``"certified"`` (``forward.certified``) gives rows
     whose caller asks only for the k largest logits (greedy, top-k sampling) those exactly, from
-    an int8 pass and exact products on the candidates its error bound keeps. Full by default:
-    ``babelspec bench forward --heads full,certified`` measured it no faster on a 2-core Zen 4.
+    an int8 pass and exact products on the candidates its error bound keeps. Full by default, as
+    the certified head serves greedy and top-k rows only; ``babelspec bench head`` measured a plain decoding step 1.17x faster with it under greedy
+    decoding and 1.10x under the paper's sampling (medians over the languages,
+    ``benchmarks/results/certified_head.json``), and it serves greedy and top-k rows only.
 
     ``merge_max_tokens``: the batcher shares a forward only among blocks this short (decode steps
     and verifications; a prefill runs alone); on the paths that are not exact (float32, fuse off,

@@ -19,6 +19,21 @@ from babelspec.numeric import is_finite
 from babelspec.router import BASELINE  # noqa: E402
 
 
+def text_overlaps(fig) -> list[tuple[str, str]]:
+    """Pairs of visible texts (titles, labels, tick labels, legends' entries) whose boxes overlap
+    once the figure is drawn: what a reader could not read."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
+    out = []
+    for i, (a, box_a) in enumerate(boxes):
+        for b, box_b in boxes[i + 1 :]:
+            if box_a.overlaps(box_b) and box_a.width > 0 and box_b.width > 0:
+                out.append((a, b))
+    return out
+
+
 def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -35,7 +50,7 @@ def forward_times(samples: dict[str, dict[str, list[float]]]) -> bytes | None:
     series = {k: np.asarray(v) * 1e3 for k, v in series.items() if len(v)}
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 3.8))
+    fig, ax = plt.subplots(layout="constrained", figsize=(7.5, 3.8))
     lo = max(min(float(v[v > 0].min()) for v in series.values() if (v > 0).any()), 1e-4)
     hi = max(float(v.max()) for v in series.values())
     bins = np.logspace(np.log10(lo), np.log10(hi * 1.05), 50)
@@ -72,7 +87,7 @@ def per_language_bars(best: list[dict], task: str, value: str, ylabel: str,
     langs = sorted({b["language"] for b in rows})
     drafters = sorted({b["drafter"] for b in rows})
     width = 0.8 / len(drafters)
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(langs) + 2), 3.6))
+    fig, ax = plt.subplots(layout="constrained", figsize=(max(6.0, 1.1 * len(langs) + 2), 3.6))
     for j, d in enumerate(drafters):
         mine = {b["language"]: b for b in rows if b["drafter"] == d}
         xs = [i + (j - (len(drafters) - 1) / 2) * width for i in range(len(langs))]
@@ -101,7 +116,7 @@ def task_tradeoff(best: list[dict]) -> bytes | None:
             pts[d].append((tasks["translation"], tasks["story"]))
     if not pts:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    fig, ax = plt.subplots(layout="constrained", figsize=(5.2, 5.0))
     for d, xy in sorted(pts.items()):
         xy = np.asarray(xy)
         sc = ax.scatter(xy[:, 0], xy[:, 1], alpha=0.35, s=18)
@@ -121,7 +136,7 @@ def measured_vs_theoretical(settings: list[dict]) -> bytes | None:
             and is_finite(s.get("theoretical_f"))]  # fmt: skip
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(5.2, 5.0))
+    fig, ax = plt.subplots(layout="constrained", figsize=(5.2, 5.0))
     for d in sorted({s["drafter"] for s in rows}):
         xs = [s["theoretical_f"] for s in rows if s["drafter"] == d]
         ys = [s["speedup"] for s in rows if s["drafter"] == d]
@@ -142,7 +157,7 @@ def latency_per_char(languages: list[dict]) -> bytes | None:
         return None
     labels = [f"{r['language']}\n{r['task'][:5]}" for r in rows]
     x = np.arange(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.7 * len(rows) + 2), 3.6))
+    fig, ax = plt.subplots(layout="constrained", figsize=(max(6.0, 0.7 * len(rows) + 2), 3.6))
     ax.bar(x - 0.2, [r["seconds_per_char_plain"] * 1e3 for r in rows], 0.4, label="plain decoding")
     ax.bar(x + 0.2, [(r["seconds_per_char_best"] or np.nan) * 1e3 for r in rows], 0.4,
            label="best setting")  # fmt: skip
@@ -156,7 +171,7 @@ def acceptance_by_position(best: list[dict]) -> bytes | None:
     rows = [b for b in best if b.get("acceptance_by_output_position")]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    fig, ax = plt.subplots(layout="constrained", figsize=(6.5, 3.5))
     by = defaultdict(list)
     for b in rows:
         by[(b["drafter"], b["task"])].append(b["acceptance_by_output_position"])
@@ -178,7 +193,7 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
             and corpus[d["language"]].get("train_chars")]  # fmt: skip
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(6.0, 4.2))
+    fig, ax = plt.subplots(layout="constrained", figsize=(6.0, 4.2))
     for name in sorted({d["drafter"] for d in rows}):
         pts = [(corpus[d["language"]]["train_chars"], d["tv_per_char"], d["language"])
                for d in rows if d["drafter"] == name]  # fmt: skip
@@ -200,10 +215,16 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
 def paper_table(table: list[dict], paper: dict[str, dict[str, tuple[float, float]]]) -> bytes | None:
     """The paper's comparison: per task, held-out α and measured speedup per drafter (means over
     languages, BCa 95% intervals), the paper's α and f as crosses where it has the drafter."""
+    fig = paper_table_figure(table, paper)
+    return None if fig is None else _png(fig)
+
+
+def paper_table_figure(table: list[dict], paper: dict[str, dict[str, tuple[float, float]]]):
+    """``paper_table``'s matplotlib figure (None without rows)."""
     if not table:
         return None
     tasks = sorted({r["task"] for r in table})
-    fig, axes = plt.subplots(2, len(tasks), figsize=(5.2 * len(tasks), 6.4), squeeze=False)
+    fig, axes = plt.subplots(2, len(tasks), layout="constrained", figsize=(5.2 * len(tasks), 6.4), squeeze=False)
     for col, task in enumerate(tasks):
         rows = [r for r in table if r["task"] == task]
         xs = np.arange(len(rows))
@@ -222,7 +243,7 @@ def paper_table(table: list[dict], paper: dict[str, dict[str, tuple[float, float
             ax.set_ylabel(label)
             ax.set_title(task)
             ax.legend(fontsize=7)
-    return _png(fig)
+    return fig
 
 
 def learning_curves(runs: list[dict]) -> bytes | None:
@@ -232,7 +253,7 @@ def learning_curves(runs: list[dict]) -> bytes | None:
     if not runs:
         return None
     drafters = sorted({r["drafter"] for r in runs})
-    fig, axes = plt.subplots(2, len(drafters), figsize=(4.6 * len(drafters), 6.0), squeeze=False)
+    fig, axes = plt.subplots(2, len(drafters), layout="constrained", figsize=(4.6 * len(drafters), 6.0), squeeze=False)
     for col, d in enumerate(drafters):
         for r in (x for x in runs if x["drafter"] == d):
             curve = r["curve"]
@@ -257,7 +278,7 @@ def across_languages(rows: list[dict]) -> bytes | None:
     speed = [r["speedup"] for r in rows if is_finite(r.get("speedup"))]
     if len(speed) < 2:
         return None
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.0))
+    fig, (left, right) = plt.subplots(1, 2, layout="constrained", figsize=(10.0, 4.0))
     bins = np.arange(np.floor(min(speed) * 10) / 10, max(speed) + 0.1, 0.05)
     left.hist(speed, bins=bins, alpha=0.7, label=f"each language's best setting (n = {len(speed)})")
     router = [r["router_speedup"] for r in rows if is_finite(r.get("router_speedup"))]
