@@ -39,7 +39,16 @@ def test_ngram_distill_runs(model, tmp_path):
     out = tmp_path / "distil.json"
     _run("ngram_distill.py", "--target", model, "--langs", "yor", "--tasks", "translation", "--tokens", "64",
          "--train-prompts", "1", "--test-prompts", "1", "--max-new-tokens", "4", "--dtype", "float32", "-o", str(out))
-    assert json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    cell = result["cells"]["yor/translation"]
+    assert cell["test_positions"] > 0 and cell["general_positions"] > 0 and cell["task_train_positions"] > 0
+    accepted = cell["accepted_per_position"]
+    assert set(accepted) == {"corpus", "general", "task", "general+task"}
+    assert all(0.0 <= a <= 1.0 for a in accepted.values())  # an expected acceptance per position
+    assert result["mean_accepted_per_position"] == accepted  # one cell: the mean is the cell
+    base = accepted["corpus"]  # > 0, or the script could not have divided by it
+    assert base > 0 and result["relative_to_corpus"]["corpus"] == 1.0
+    assert all(result["relative_to_corpus"][k] == round(v / base, 3) for k, v in accepted.items())
 
 
 def test_render_results_writes_every_results_file_and_the_headline(tmp_path):

@@ -12,27 +12,6 @@ from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
 
-def interleaved_forwards(targets: dict[str, Target], prompt: list[int], blocks: tuple[int, ...],
-                         rounds: int) -> dict[tuple[str, int], list[float]]:  # fmt: skip
-    """Seconds of each target's forward of n tokens (each of ``blocks``) after ``prompt``, the
-    targets side by side in an order reversed every round, the cache cropped back after each;
-    round 0 warms up and is dropped. Keyed by (target name, n), one entry per round."""
-    for t in targets.values():
-        t.prefill(prompt)
-    times: dict[tuple[str, int], list[float]] = {(name, n): [] for name in targets for n in blocks}
-    for r in range(rounds + 1):
-        for n in blocks:
-            for name in (list(targets) if r % 2 else list(targets)[::-1]):
-                t = targets[name]
-                t0 = time.perf_counter()
-                t.forward([prompt[-1]] * n)
-                elapsed = time.perf_counter() - t0
-                t.crop_or_replay(len(prompt))
-                if r:
-                    times[(name, n)].append(elapsed)
-    return times
-
-
 def weights_read_ms(model: torch.nn.Module, repeats: int = 7) -> tuple[float, float]:
     """(MB of the model's weights, median ms to read every byte of them once): the floor of a
     decode step, which streams all of them from memory, on this machine. Each weight is summed
@@ -106,7 +85,6 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
     from babelspec.drafters import make_drafter
     from babelspec.machine import execution_info
     from babelspec.models import load_model
-    from babelspec.target import Target
 
     names = [(d, f) for d in dtypes for f in forwards]
     targets = {}

@@ -48,15 +48,14 @@ def real_ngram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
     """The bigram (or n-gram of ``order``) of ``lang``'s real monolingual sets in the corpora
     folder ``root``, the FLORES-200 test sentences the benches translate left out."""
     from babelspec.data.real import real_data
-    from babelspec.data.sources import monolingual_texts, parallel_records, parse_source, without
+    from babelspec.data.sources import parse_source, training_texts
     from babelspec.ngram import CountConfig, train
 
     real = real_data(lang, root)
     if real is None:
         raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
-    texts = [t for s in real.monolingual for t in monolingual_texts(parse_source(s).resolve(root), lang)]
-    test = [r["text"] for r in parallel_records(parse_source(real.test).resolve(root), lang)]
-    texts, _ = without(list(dict.fromkeys(texts)), test)
+    sources = [parse_source(s).resolve(root) for s in real.monolingual]
+    texts, _ = training_texts(sources, lang, parse_source(real.test).resolve(root))
     return train(texts, tokenizer, CountConfig(order=order), corpus_name=f"{lang}:real")
 
 

@@ -135,7 +135,19 @@ def without(texts: list[str], held_out: list[str]) -> tuple[list[str], int]:
     return kept, len(texts) - len(kept)
 
 
-__all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "without"]
+def training_texts(sources: list[Source], lang: str, test: Source | None) -> tuple[list[str], int]:
+    """A language's monolingual texts from resolved ``sources``, each once, without any that is a
+    sentence of its ``test`` source (None: nothing held out); and how many were dropped as test
+    sentences. What an n-gram of the language counts, in a run and in the benches."""
+    texts = [t for source in sources for t in monolingual_texts(source, lang)]
+    dropped = 0
+    if test is not None:
+        texts, dropped = without(texts, [r["text"] for r in parallel_records(test, lang)])
+    return list(dict.fromkeys(texts)), dropped
+
+
+__all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "training_texts",
+           "without"]
 
 
 def provenance(config: dict) -> dict[str, dict]:

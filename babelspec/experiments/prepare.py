@@ -104,20 +104,17 @@ def _require(module: str, what: str) -> Any:
 def _monolingual_train(req: PrepareRequest) -> list[str]:
     """The setting's monolingual text for the language, without any sentence of its test source."""
     sources = _require("babelspec.data.sources", "training on a corpus")
-    lang, texts = req.language, []
+    lang = req.language
     try:
-        for src in req.corpus_sources():
-            texts += sources.monolingual_texts(src, lang)
-        if req.data is not None:
-            test = req.data.sources(lang)[0]
-            texts, dropped = sources.without(texts, [r["text"] for r in sources.parallel_records(test, lang)])
-            if dropped:
-                req.log(f"{req.setting.name} {lang}: dropped {dropped} training texts that are test sentences")
+        test = req.data.sources(lang)[0] if req.data is not None else None
+        texts, dropped = sources.training_texts(list(req.corpus_sources()), lang, test)
     except (ValueError, OSError) as exc:
         raise DrafterUnavailable(f"no monolingual train text for {lang}: {exc}") from exc
+    if dropped:
+        req.log(f"{req.setting.name} {lang}: dropped {dropped} training texts that are test sentences")
     if not texts:
         raise DrafterUnavailable(f"the monolingual train text of {lang} is empty")
-    return list(dict.fromkeys(texts))
+    return texts
 
 
 # Options of a kind = "ngram" setting: counting (``CountConfig``), distillation (``distil`` and
