@@ -157,3 +157,19 @@ def test_bad_head_settings_are_refused_with_what_to_use():
     with pytest.raises(ValueError, match="dtype='bfloat16' or use head='full'"):
         Target(model, options=ForwardOptions(head="certified"))
     assert LANGUAGES["yor"].name
+
+
+def test_rows_asking_for_more_candidates_than_the_head_certifies_count_as_full(default_model):
+    """A row whose request asks for more than CERTIFIED_TOP_K takes the full head: counted so, as a
+    row without a request is, and never as certified or skipped."""
+    from babelspec.forward.certified import CERTIFIED_TOP_K
+
+    model, tokenizer = default_model
+    target = Target(model, tokenizer, options=ForwardOptions(head="certified"))
+    head = target.impl.logits_of
+    hidden = torch.randn(1, 3, model.config.hidden_size, generator=torch.Generator().manual_seed(0)).bfloat16()
+    head.certified.stats.reset()
+    logits = head(hidden, [HeadRequest(CERTIFIED_TOP_K + 1), None, HeadRequest(1)])
+    stats = head.certified.stats.summary()
+    assert stats["rows_full"] == 2 and stats["rows_certified"] + stats["rows_fallback"] + stats["rows_skipped"] == 1
+    assert torch.isfinite(logits[0, 0]).all() and torch.isfinite(logits[0, 1]).all()  # full rows: every logit

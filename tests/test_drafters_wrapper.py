@@ -26,11 +26,49 @@ def _contract() -> set[str]:
     return names | {n for n in Drafter.__annotations__ if not n.startswith("_")}
 
 
+class _Recording(Drafter):
+    """A drafter that records every call of the contract and returns marked values."""
+
+    name, vocab_size, preferred_gamma, observes_top = "recorded", 123, 7, 5
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def start(self, context_ids, sampling, generator) -> None:
+        self.calls.append(("start", tuple(context_ids), sampling, generator))
+
+    def propose(self, gamma: int):
+        self.calls.append(("propose", gamma))
+        return ("draft", gamma)
+
+    def commit(self, verdict) -> None:
+        self.calls.append(("commit", verdict))
+
+    def forward_seconds(self) -> list[float]:
+        self.calls.append(("forward_seconds",))
+        return [0.25]
+
+
 def test_the_wrapper_forwards_every_part_of_the_contract():
-    missing = [n for n in sorted(_contract()) if n not in vars(DrafterWrapper)
-               and n not in DrafterWrapper.__init__.__code__.co_names]  # fmt: skip
-    assert not missing, f"DrafterWrapper does not forward {missing}: a wrapper would drop them"
+    """Each method of the contract called on a wrapper reaches the drafter inside with its
+    arguments and returns its value; each attribute reads the inner drafter's."""
     assert {"start", "propose", "commit", "observes_top", "forward_seconds"} <= _contract()
+    inner = _Recording()
+    wrapper = DrafterWrapper(inner)
+    sampling, generator, verdict = SamplingConfig(greedy=True), object(), object()
+    calls = {"start": lambda: wrapper.start([1, 2], sampling, generator), "propose": lambda: wrapper.propose(3),
+             "commit": lambda: wrapper.commit(verdict), "forward_seconds": wrapper.forward_seconds}  # fmt: skip
+    expected = {"start": ("start", (1, 2), sampling, generator), "propose": ("propose", 3),
+                "commit": ("commit", verdict), "forward_seconds": ("forward_seconds",)}  # fmt: skip
+    returns = {"propose": ("draft", 3), "forward_seconds": [0.25]}
+    for name in sorted(_contract()):
+        if callable(getattr(Drafter, name)):
+            assert name in calls, f"the contract's {name} is not exercised here: add it to this test"
+            before = len(inner.calls)
+            assert calls[name]() == returns.get(name), name
+            assert inner.calls[before:] == [expected[name]], f"DrafterWrapper.{name} does not reach the inner drafter"
+        else:
+            assert getattr(wrapper, name) == getattr(inner, name), f"DrafterWrapper drops {name}"
 
 
 @pytest.fixture(scope="module")

@@ -73,7 +73,8 @@ class HeadRequest:
 class HeadStats:
     """What the certified head did: rows certified, rows that fell back to the full head (their
     candidates passed the cap), rows that took it without trying (a block too long, or a bound
-    estimated too wide), rows that asked for the full head, and the candidate-set sizes of the
+    estimated too wide), rows that asked for the full head (no request, or k above
+    ``CERTIFIED_TOP_K``), and the candidate-set sizes of the
     last ``keep`` certified rows."""
 
     def __init__(self, keep: int = 100_000) -> None:
@@ -152,7 +153,8 @@ class CertifiedHead:
                 if self._exact_row(flat[i], requests[i], out[i], approx):
                     done.add(i)
         rest = [i for i in range(flat.shape[0]) if i not in done]
-        self.stats.full += sum(1 for i in rest if requests[i] is None)
+        # rows that asked for the full head: no request, or more candidates than it certifies
+        self.stats.full += sum(1 for i in rest if requests[i] is None or requests[i].k > CERTIFIED_TOP_K)
         if rest:
             out[rest] = self.full(flat[rest].unsqueeze(0))[0]
         return out.view(*hidden.shape[:-1], -1)
