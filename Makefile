@@ -68,6 +68,10 @@ demo: $(STAMP)
 # Tests run in 2 processes (a module's tests stay in one, sharing its fixtures): 6 minutes on a
 # 2-core Zen 4 against 10 in one process; the tests set 1 torch thread each.
 PYTEST_WORKERS ?= 2
+# The real evaluation sets the suite reads (4-shot FLORES-200 prompts, NTREX-128, OLDI Seed): this
+# repository's neighbour; the package itself never names it.
+CORPORA ?= $(abspath ../shared/corpora)
+export BABELSPEC_CORPORA ?= $(CORPORA)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks

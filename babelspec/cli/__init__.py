@@ -21,6 +21,24 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        import babelspec
+
+        typer.echo(f"babelspec {babelspec.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print babelspec's version and exit."),  # fmt: skip
+) -> None:
+    """Lossless speculative decoding for low-resource languages, measured honestly."""
+
+
 app.command()(generate)
 app.command("run")(run_command)
 app.command("report")(report_command)
