@@ -83,7 +83,7 @@ test: $(STAMP)
 test-glue-off: $(STAMP)
 	BABELSPEC_NATIVE=0 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 		tests/test_engine_lossless.py tests/test_engine_greedy.py tests/test_engine_tree.py \
-		tests/test_models_equivalence.py tests/test_models_lean.py tests/test_certified.py tests/test_exact_bf16.py
+		tests/test_models_equivalence.py tests/test_models_lean.py tests/test_certified.py tests/test_exact_*.py
 
 test-peers: $(LLAMA_STAMP) $(LLAMA_SERVER)
 	$(BIN)/python -m pytest -q -m peers

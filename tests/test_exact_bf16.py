@@ -1,41 +1,26 @@
 """Exact in bf16, on the real default model and real prompts: every row of a verification chain,
-a token tree, a prefill chunk or a batched slot is ``torch.equal`` to the same row computed by a
-one-token step after the same cache, so speculative greedy output is plain greedy output, through
-``generate`` and through ``babelspec serve`` with concurrent requests, in every language of the
-paper that has FLORES-200 text. (The tiny float32 models of the other tests cannot show this:
-float32 products there hide the rounding that bf16 exposes.)"""
+a token tree or a prefill chunk is ``torch.equal`` to the same row computed by a one-token step
+after the same cache (with the C glue and in torch operations). The tiny float32 models of the
+other tests cannot show this: float32 products there hide the rounding that bf16 exposes.
+Speculative greedy output against plain greedy output: ``test_exact_greedy_*.py``, and through
+the server ``test_exact_serve.py``."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
-from serve_helpers import Server
+from exact_real import MARKS, ROOT, load_bf16
 
-from babelspec.bench.exact import PAPER_FLORES, chain_grid, flores_prompts, prefill_chunks, tree_grid
-from babelspec.data.real import corpora_root
-from babelspec.drafters import make_drafter
-from babelspec.engine import generate
+from babelspec.bench.exact import chain_grid, flores_prompts, prefill_chunks, tree_grid
 from babelspec.forward import ForwardOptions
-from babelspec.forward.kernels import onednn_packs_bf16
 from babelspec.machine import EXACT_BF16, execution_plan
-from babelspec.models import DEFAULT_TARGET, load_model
-from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
-ROOT = corpora_root(None)
-pytestmark = [
-    pytest.mark.skipif(ROOT is None, reason="the real corpora (BABELSPEC_CORPORA or ../shared/corpora) are not here"),
-    pytest.mark.skipif(not onednn_packs_bf16(), reason="bf16 products need oneDNN's packed kernels (AVX-512)"),
-]
-GREEDY = SamplingConfig(greedy=True)
-NEW_TOKENS = 64
+pytestmark = MARKS
 
 
 @pytest.fixture(scope="module")
 def bf16():
-    model, tokenizer = load_model(DEFAULT_TARGET, dtype="bfloat16")
-    return model, tokenizer, Target(model, tokenizer)
+    return load_bf16()
 
 
 @pytest.fixture(scope="module")
@@ -68,66 +53,6 @@ def test_a_prompt_prefilled_in_chunks_caches_and_continues_as_prefilled_whole(bf
     """Whole against 2 and 3 chunks: the cached keys and values and the next rows' logits."""
     result = prefill_chunks(bf16[2].lean, long_prompt, (297, 540))
     assert result["cells"] == 6 and result["differ"] == 0, result["differing"]
-
-
-@pytest.fixture(scope="module")
-def bigrams(tmp_path_factory):
-    """A corpus bigram of each language's bundled training text (the target's tokenizer)."""
-    from babelspec.data.corpus import monolingual
-    from babelspec.models import load_tokenizer
-    from babelspec.ngram import CountConfig, train
-
-    folder = tmp_path_factory.mktemp("exact")
-    tokenizer = load_tokenizer(DEFAULT_TARGET)
-    out = {}
-    for lang in PAPER_FLORES:
-        out[lang] = folder / f"{lang}.ngram"
-        train(monolingual(lang, "train"), tokenizer, CountConfig(order=2)).save(out[lang])
-    return out
-
-
-@pytest.mark.parametrize("lang", PAPER_FLORES)
-def test_speculative_greedy_equals_plain_greedy_on_a_flores_prompt(bf16, bigrams, lang):
-    """64 new tokens after a 4-shot FLORES-200 prompt: the chain, the default tree and a
-    recycling tree give plain greedy decoding's tokens."""
-    target = bf16[2]
-    prompt = bf16[1](flores_prompts(ROOT, lang, bf16[1], seed=1)[0]).input_ids
-    plain = generate(target, make_drafter("none", target), prompt, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
-    assert len(plain.token_ids) == NEW_TOKENS  # no stop: every token compared
-    accepted = 0
-    for options in ("tree=0", "", "tree=12,recycle=8"):
-        spec = f"ngram:{bigrams[lang]}" + (f",{options}" if options else "")
-        out = generate(target, make_drafter(spec, target), prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
-        assert out.token_ids == plain.token_ids, spec
-        accepted += out.accepted
-    assert accepted > 0  # drafts were kept, so blocks longer than one row were compared
-
-
-def test_the_server_with_4_concurrent_requests_answers_plain_greedy_tokens(bf16, bigrams, tmp_path):
-    """`babelspec serve` drafting with a bigram chain and a bigram tree, 4 requests at once
-    sharing the target's forwards: each request's tokens are plain greedy decoding's."""
-    target = bf16[2]
-    langs = ("amh", "yor", "npi", "zgh")
-    prompts = [flores_prompts(ROOT, lang, bf16[1], seed=2)[0] for lang in langs]
-    expected = [generate(target, make_drafter("none", target), bf16[1](p).input_ids, max_new_tokens=NEW_TOKENS,
-                         sampling=GREEDY).token_ids for p in prompts]  # fmt: skip
-    server = Server("--target", DEFAULT_TARGET, "--batch", "4", "--drafter", f"chain=ngram:{bigrams['amh']},tree=0",
-                    "--drafter", f"tree=ngram:{bigrams['yor']}", log=tmp_path / "serve.log")  # fmt: skip
-    try:
-        client = server.wait().client()
-
-        def complete(args: tuple[str, str]) -> list[int]:
-            prompt, drafter = args
-            r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
-                                          extra_body={"drafter": drafter})  # fmt: skip
-            return r.model_extra["babelspec"]["token_ids"]
-
-        jobs = list(zip(prompts, ["chain", "tree", "chain", "tree"]))
-        with ThreadPoolExecutor(len(jobs)) as pool:
-            got = list(pool.map(complete, jobs))
-        assert got == expected
-    finally:
-        server.close()
 
 
 def test_a_bf16_block_is_exact_in_torch_operations_too(bf16, long_prompt):

@@ -1,0 +1,41 @@
+"""`babelspec serve` in bf16 on the real default model, 4 requests at once sharing the target's
+forwards, each drafting with its language's bigram (a chain, the default tree, a recycling tree):
+each request's tokens are plain greedy decoding's, bit for bit."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from exact_real import MARKS, NEW_TOKENS, ROOT, load_bf16, plain, train_bigrams
+from serve_helpers import Server
+
+from babelspec.bench.exact import flores_prompts
+from babelspec.models import DEFAULT_TARGET
+
+pytestmark = MARKS
+LANGS = ("amh", "yor", "npi", "zgh")
+
+
+def test_the_server_with_4_concurrent_requests_answers_plain_greedy_tokens(tmp_path):
+    _, tokenizer, target = load_bf16()
+    bigrams = train_bigrams(tmp_path, LANGS)
+    prompts = [flores_prompts(ROOT, lang, tokenizer, seed=2)[0] for lang in LANGS]
+    expected = [plain(target, tokenizer(p).input_ids) for p in prompts]
+    offers = {"amh": f"ngram:{bigrams['amh']},tree=0", "yor": f"ngram:{bigrams['yor']}",
+              "npi": f"ngram:{bigrams['npi']},tree=12,recycle=8", "zgh": f"ngram:{bigrams['zgh']},tree=0"}  # fmt: skip
+    args = [a for lang, spec in offers.items() for a in ("--drafter", f"{lang}={spec}")]
+    server = Server("--target", DEFAULT_TARGET, "--batch", "4", *args, log=tmp_path / "serve.log")
+    try:
+        client = server.wait().client()
+
+        def complete(job: tuple[str, str]) -> list[int]:
+            prompt, drafter = job
+            r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                          extra_body={"drafter": drafter})  # fmt: skip
+            return r.model_extra["babelspec"]["token_ids"]
+
+        with ThreadPoolExecutor(len(LANGS)) as pool:
+            got = list(pool.map(complete, zip(prompts, LANGS)))
+        assert got == expected
+    finally:
+        server.close()
