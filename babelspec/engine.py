@@ -374,7 +374,7 @@ def _warn_if_not_exact(target: Target) -> None:
                   "rows are not bit-invariant: a verification row may round otherwise than plain decoding's step, "
                   "so outputs can differ at near-ties; load it in float32 (the exact mode of that forward) for "
                   "bit-exact speculation, or use a Gemma-3 model, whose lean bf16 forward is exact",
-                  stacklevel=3)  # fmt: skip
+                  stacklevel=4)  # fmt: skip
 
 
 def _record_step(result: GenerationResult, draft: Draft, depth: int, v: Verification) -> None:
