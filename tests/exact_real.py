@@ -17,7 +17,7 @@ from babelspec.target import Target
 
 ROOT = corpora_root(None)
 MARKS = [
-    pytest.mark.skipif(ROOT is None, reason="the real corpora (BABELSPEC_CORPORA or ../shared/corpora) are not here"),
+    pytest.mark.skipif(ROOT is None, reason="no corpora folder: set BABELSPEC_CORPORA (make test does)"),
     pytest.mark.skipif(not onednn_packs_bf16(), reason="bf16 products need oneDNN's packed kernels (AVX-512)"),
 ]
 GREEDY = SamplingConfig(greedy=True)

@@ -197,7 +197,7 @@ def bench_peers(
     task: str = typer.Option("translation", help="Prompts: translation, story, prefix (short in-language text) or "
                              "flores (held-out FLORES-200 test sentences from the corpora folder)."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder of --task flores [default: "
-                                  "$BABELSPEC_CORPORA, else ../shared/corpora]"),
+                                  "$BABELSPEC_CORPORA]"),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
     precision: str = typer.Option("", help="babelspec's target mode: w8a8 (int8 weights and activations, "
@@ -318,8 +318,8 @@ def bench_tree(
     recycle: int = typer.Option(0, help="Also every chain and tree with Token Recycling of this many of the "
                                 "target's candidates per token (0: not)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
-    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
-                                  "else ../shared/corpora]"),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: "
+                                  "$BABELSPEC_CORPORA]"),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
@@ -355,8 +355,8 @@ def bench_quant(
     drafters: str = typer.Option("head,int8,int8:12@,bigram", help="Comma-separated drafter specs; 'head', 'int8' and "
                                  "'int8:K@' take each prompt's language, 'bigram' is the corpus bigram."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
-    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: $BABELSPEC_CORPORA, "
-                                  "else ../shared/corpora]"),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: "
+                                  "$BABELSPEC_CORPORA]"),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
@@ -415,7 +415,7 @@ def bench_transformers(
     max_new_tokens: int = typer.Option(48, help="Tokens per generation."),
     prompt_lookup: int = typer.Option(10, help="transformers' prompt_lookup_num_tokens."),
     task: str = typer.Option("flores", help="Prompts: flores (held-out FLORES-200 translation), translation, prefix."),
-    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """transformers' generate (plain, prompt lookup) against babelspec's drafter inside it, greedy."""
@@ -440,7 +440,7 @@ def bench_vllm_command(
     speculative_tokens: int = typer.Option(4, help="vLLM's num_speculative_tokens."),
     modes: str = typer.Option("greedy,sample", help="greedy and/or sample (top-p 0.9, T 1)."),
     proposer_options: str = typer.Option("", help="babelspec's proposer options, e.g. threshold=0.2,min_backoff=1."),
-    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """vLLM plain, with its ngram prompt lookup, and with babelspec's proposer, per language (needs vLLM)."""
@@ -469,7 +469,7 @@ def bench_llama_server_command(
     modes: str = typer.Option("greedy,sample", help="greedy and/or sample (the paper's sampling)."),
     babelspec_server: bool = typer.Option(True, help="Also babelspec's server, plain and with the same table."),
     threads: int = typer.Option(2, help="Threads of either server."),
-    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA, else ../shared/corpora)."),
+    data_root: str = typer.Option("", help="The corpora folder (default: $BABELSPEC_CORPORA)."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
     """llama.cpp's server plain, with its n-gram types and with babelspec's cache, per language."""

@@ -100,8 +100,7 @@ def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str
     ``task="prefix"`` gives short in-language prompts instead: the first ``PREFIX_WORDS``
     words of monolingual test texts, for checks whose cost should be decoding, not prefill.
     ``task="flores"``: translations from English of held-out FLORES-200 test sentences (SIB-200's
-    test split, dev-split shots) from the corpora folder ``data_root`` (else $BABELSPEC_CORPORA,
-    else ../shared/corpora).
+    test split, dev-split shots) from the corpora folder ``data_root`` (else $BABELSPEC_CORPORA).
     """
     from babelspec.data.tasks import get_task
 

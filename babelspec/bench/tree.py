@@ -40,7 +40,7 @@ class TreeBenchConfig:
     deep: bool = True  # also each tree of depth up to its budget ("tree N deep")
     modes: tuple[str, ...] = ("greedy", "sample")
     recycle: int = 0  # > 0: every chain and tree also with Token Recycling of this many candidates
-    data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA, else ../shared/corpora)
+    data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA)
     dtype: str = "auto"
 
 
@@ -66,8 +66,8 @@ def _bigram_file(lang: str, tokenizer: Any, root: Path, folder: Path) -> Path:
 
 
 def real_root(bench: str, data_root: str) -> Path:
-    """The corpora folder a real-sentence bench reads (``--data-root``, else $BABELSPEC_CORPORA,
-    else ../shared/corpora), or a clear error naming how to give it."""
+    """The corpora folder a real-sentence bench reads (``--data-root``, else $BABELSPEC_CORPORA),
+    or a clear error naming how to give it."""
     from babelspec.data.real import corpora_root
 
     root = corpora_root(data_root or None)

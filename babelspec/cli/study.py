@@ -11,7 +11,7 @@ def run_command(
     out: Path = typer.Option(..., "--out", "-o", help="Run directory, e.g. runs/demo (resumed if it exists)."),
     config: Path = typer.Option(None, "--config", "-c", help="An experiment TOML file (see configs/)."),
     profile: str = typer.Option(None, "--profile", "-p", help="A shipped profile: quick or full (default quick)."),
-    data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (e.g. ../shared/corpora)."),
+    data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (the corpora folder)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (logs only)."),
     install_router: bool = typer.Option(
         False, help="Also install the run's router as the default of `--drafter auto` and `serve` (replacing "

@@ -70,7 +70,7 @@ def records(lang: str | Language, split: str | None = None) -> list[dict]:
     if not language.bundled:
         raise DataNotFoundError(
             f"the bundled dataset holds only the paper's 11 languages, not {language.name} ({language.code}); "
-            f"read its real sets instead: --data-root ../shared/corpora (the corpora folder), or a "
+            f"read its real sets instead: --data-root DIR (the corpora folder, or $BABELSPEC_CORPORA), or a "
             f"[data] default = \"real\" / [data.{language.code}] table in a run config"
         )
     code = language.code

@@ -222,7 +222,7 @@ class OutputChecker:
     def from_corpora(cls, languages: list[str], root: Any = None, **kwargs) -> OutputChecker:
         """Train the classifier on every bundled language (not only the requested ones), and on
         the requested languages the bundled data lacks from SIB-200 under the corpora folder
-        (``root``, else ``$BABELSPEC_CORPORA`` or ``../shared/corpora``) where there is one."""
+        (``root``, else ``$BABELSPEC_CORPORA``) where there is one."""
         from babelspec.data.languages import PAPER_LANGUAGES, get_language
         from babelspec.data.real import corpora_root
 

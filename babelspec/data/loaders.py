@@ -293,7 +293,7 @@ LAYOUT_DOMAINS: dict[str, str] = {
     "oldi-seed": "Wikipedia (encyclopedic)", "flores-v1": "Wikipedia",
     "tatoeba-laser": "Tatoeba (short conversational sentences)", "hornmt": "news (HornMT)",
 }
-# The layout's folder under a corpora root such as ../shared/corpora, and inside it.
+# The layout's folder under a corpora root (the user's corpora folder), and inside it.
 _LAYOUT_DIRS: dict[str, tuple[str, str]] = {
     "sib200": ("sib200", "data/annotated"), "ntrex": ("ntrex", "NTREX-128"),
     "oldi-seed": ("nllb_oldi_seed", "seed"), "flores-v1": ("flores_v1", "flores_test_sets"),

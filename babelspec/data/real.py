@@ -52,17 +52,15 @@ REAL_DATA: dict[str, RealData] = {
 
 
 def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
-    """The corpora folder: ``explicit`` (``--data-root``), else ``$BABELSPEC_CORPORA``, else
-    ``../shared/corpora`` beside the working directory; None when none of them is a folder."""
+    """The corpora folder: ``explicit`` (``--data-root``), else ``$BABELSPEC_CORPORA``; None when
+    neither is a folder (the user's folder: babelspec assumes none of its own)."""
     if explicit:
         if not Path(explicit).is_dir():
             raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
-                             f"(e.g. --data-root ../shared/corpora)")
+                             f"(the one holding sib200/, ntrex/ ...) as --data-root DIR")
         return Path(explicit).resolve()
-    for candidate in (os.environ.get(CORPORA_ENV), Path.cwd().parent / "shared" / "corpora"):
-        if candidate and Path(candidate).is_dir():
-            return Path(candidate).resolve()
-    return None
+    candidate = os.environ.get(CORPORA_ENV)
+    return Path(candidate).resolve() if candidate and Path(candidate).is_dir() else None
 
 
 def generic_real_data(lang: str) -> RealData | None:

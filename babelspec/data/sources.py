@@ -46,7 +46,7 @@ class Source:
         if not root:
             raise DataFormatError(
                 f"source {self} has a relative path but no data root was given; pass --data-root "
-                f"(e.g. --data-root ../shared/corpora) or write an absolute path"
+                f"(the corpora folder it is relative to) or write an absolute path"
             )
         return Source(self.format, str((Path(root) / self.path).resolve()), self.split)
 

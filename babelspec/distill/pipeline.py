@@ -91,7 +91,7 @@ class DistillConfig:
     student: str = "self:6,head=corpus"
     cache_dir: str = ""  # where soft-target shards go; "" = the user cache directory
     dtype: str = "float32"  # teacher (and student) dtype: float32 | bfloat16 | auto
-    data_root: str = ""  # the folder the data sources' relative paths are in (e.g. ../shared/corpora)
+    data_root: str = ""  # the folder the data sources' relative paths are in (the corpora folder)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -505,7 +505,7 @@ def load_config(path: str | Path | None = None, profile: str | None = None,
         raise ConfigError(f"data root {cfg.data.root!r} is not a folder; pass --data-root DIR")
     if cfg.data.default == "real" and not cfg.data.root:
         raise ConfigError(f"{file}: [data] default = \"real\" reads the corpora folder; set [data] root "
-                          f"or pass --data-root (e.g. ../shared/corpora)")
+                          f"or pass --data-root DIR (the corpora folder)")
     try:
         for lang in cfg.languages:
             cfg.data.sources(lang)  # relative sources need a root
