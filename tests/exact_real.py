@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from babelspec.bench.exact import flores_prompts
+from babelspec.bench.tree import flores_prompts
 from babelspec.data.real import corpora_root
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
@@ -30,8 +30,9 @@ def load_bf16():
     return model, tokenizer, Target(model, tokenizer)
 
 
-def prompt_ids(tokenizer, lang: str, seed: int = 0) -> list[int]:
-    return tokenizer(flores_prompts(ROOT, lang, tokenizer, seed=seed)[0]).input_ids
+def prompt_ids(tokenizer, lang: str, index: int = 0) -> list[int]:
+    """The token ids of the ``index``-th 4-shot FLORES-200 translation prompt of ``lang``."""
+    return list(flores_prompts(lang, tokenizer, index + 1, ROOT)[index].prompt_ids)
 
 
 def train_bigrams(folder, langs) -> dict:

@@ -8,9 +8,9 @@ the server ``test_exact_serve.py``."""
 from __future__ import annotations
 
 import pytest
-from exact_real import MARKS, ROOT, load_bf16
+from exact_real import MARKS, load_bf16, prompt_ids
 
-from babelspec.bench.exact import chain_grid, flores_prompts, prefill_chunks, tree_grid
+from babelspec.bench.exact import chain_grid, prefill_chunks, tree_grid
 from babelspec.forward import ForwardOptions
 from babelspec.machine import EXACT_BF16, execution_plan
 from babelspec.target import Target
@@ -25,8 +25,9 @@ def bf16():
 
 @pytest.fixture(scope="module")
 def long_prompt(bf16):
-    """Three 4-shot FLORES-200 prompts end to end: past the 512-token sliding window."""
-    ids = bf16[1]("".join(flores_prompts(ROOT, lang, bf16[1])[0] for lang in ("amh", "yor", "npi"))).input_ids
+    """Three 4-shot FLORES-200 prompts end to end (one BOS): past the 512-token sliding window."""
+    amh, yor, npi = (prompt_ids(bf16[1], lang) for lang in ("amh", "yor", "npi"))
+    ids = amh + yor[1:] + npi[1:]
     assert len(ids) > 560
     return ids
 

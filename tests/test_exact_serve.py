@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from exact_real import MARKS, NEW_TOKENS, ROOT, load_bf16, plain, train_bigrams
+from exact_real import MARKS, NEW_TOKENS, load_bf16, plain, prompt_ids, train_bigrams
 from serve_helpers import Server
 
-from babelspec.bench.exact import flores_prompts
 from babelspec.models import DEFAULT_TARGET
 
 pytestmark = MARKS
@@ -19,8 +18,8 @@ LANGS = ("amh", "yor", "npi", "zgh")
 def test_the_server_with_4_concurrent_requests_answers_plain_greedy_tokens(tmp_path):
     _, tokenizer, target = load_bf16()
     bigrams = train_bigrams(tmp_path, LANGS)
-    prompts = [flores_prompts(ROOT, lang, tokenizer, seed=2)[0] for lang in LANGS]
-    expected = [plain(target, tokenizer(p).input_ids) for p in prompts]
+    prompts = [prompt_ids(tokenizer, lang, index=2) for lang in LANGS]  # sent as token ids
+    expected = [plain(target, p) for p in prompts]
     offers = {"amh": f"ngram:{bigrams['amh']},tree=0", "yor": f"ngram:{bigrams['yor']}",
               "npi": f"ngram:{bigrams['npi']},tree=12,recycle=8", "zgh": f"ngram:{bigrams['zgh']},tree=0"}  # fmt: skip
     args = [a for lang, spec in offers.items() for a in ("--drafter", f"{lang}={spec}")]
@@ -28,7 +27,7 @@ def test_the_server_with_4_concurrent_requests_answers_plain_greedy_tokens(tmp_p
     try:
         client = server.wait().client()
 
-        def complete(job: tuple[str, str]) -> list[int]:
+        def complete(job: tuple[list[int], str]) -> list[int]:
             prompt, drafter = job
             r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
                                           extra_body={"drafter": drafter})  # fmt: skip

@@ -11,22 +11,12 @@ from pathlib import Path
 
 import torch
 
-from babelspec.data.loaders import load_layout_pairs
-from babelspec.data.tasks import PromptData, get_task
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.target import Target
 
 # the paper's languages with FLORES-200 text (chr and haw have none), by their SIB-200 files
 PAPER_FLORES = ("amh", "ber", "grn", "ibo", "npi", "oci", "que", "yor", "zgh")
 TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 3, -1, 7, 8, 4, 10, 11, 5, 13, 6)  # two roots, depth up to 6
-
-
-def flores_prompts(root: str | Path, lang: str, tokenizer, n: int = 1, seed: int = 0) -> list[str]:
-    """``n`` 4-shot FLORES-200 translation prompts of ``lang`` (SIB-200's test sentences, shots
-    from its dev split)."""
-    data = PromptData(test=load_layout_pairs("sib200", root, lang, "test"),
-                      shots=load_layout_pairs("sib200", root, lang, "dev"))  # fmt: skip
-    return [p.text for p in get_task("translation").prompts(lang, tokenizer, n, seed=seed, data=data)]
 
 
 def _lean(target: Target) -> LeanGemma3:
@@ -163,7 +153,9 @@ def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, ro
     out: dict = {"machine": execution_info(t), "target": target, "rounds": rounds, "context": context,
                  "exact_rows": list(lean.exact_rows()), "costs": row}  # fmt: skip
     if root is not None:
-        prompt = tokenizer(flores_prompts(root, "amh", tokenizer)[0]).input_ids
+        from babelspec.bench.tree import flores_prompts
+
+        prompt = list(flores_prompts("amh", tokenizer, 1, Path(root))[0].prompt_ids)
         contexts = tuple(c for c in (5, 24, 97, 297) if c + 16 <= len(prompt))
         out["grid"] = {"prompt_tokens": len(prompt), **chain_grid(lean, prompt, contexts)}
     return out

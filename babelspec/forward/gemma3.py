@@ -277,20 +277,11 @@ class LeanGemma3(Forward):
         if key in _PROBED:
             self._batch_rows[limit] = _PROBED[key]
             return _PROBED[key]
-        layer, config = self.layers[0], self.body.config
         g = torch.Generator().manual_seed(0)
-
-        def stacked(linears: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-            return lambda x: torch.cat(linears(x, True), -1)
-
-        hidden = config.hidden_size
-        products = [(stacked(layer.qkv), hidden), (layer.o, self.heads * self.head_dim),
-                    (stacked(layer.gate_up), hidden), (layer.down, config.intermediate_size),
-                    (self.logits_of, hidden)]  # fmt: skip
         best = limit
         with torch.inference_mode():
-            for product, width in products:
-                x = (torch.randn(1, limit, width, generator=g) * torch.logspace(-1, 1, limit)[:, None]).to(self.dtype)
+            for product, width in self._probe_products(head=True):
+                x = self._probe_rows(g, limit, width)
                 alone = [product(x[:, i : i + 1])[0, 0] for i in range(limit)]
                 for m in range(2, best + 1):
                     block = product(x[:, :m])[0]
@@ -299,6 +290,23 @@ class LeanGemma3(Forward):
                         break
         self._batch_rows[limit] = _PROBED[key] = best
         return best
+
+    def _probe_products(self, head: bool) -> list[tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
+        """(product, input width) of the first layer's products, the projections of one input
+        stacked (q/k/v, gate/up), and the output head after them where ``head``: what the
+        row-invariance probes multiply (kernels are chosen by shape, so one layer stands for all)."""
+        layer, config = self.layers[0], self.body.config
+
+        def stacked(linears: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+            return lambda x: torch.cat(linears(x, True), -1)
+
+        products = [(stacked(layer.qkv), config.hidden_size), (layer.o, self.heads * self.head_dim),
+                    (stacked(layer.gate_up), config.hidden_size), (layer.down, config.intermediate_size)]  # fmt: skip
+        return products + [(self.logits_of, config.hidden_size)] if head else products
+
+    def _probe_rows(self, g: torch.Generator, m: int, width: int) -> torch.Tensor:
+        """[1, m, width] random rows in the model's dtype, their scales spread over 0.1-10."""
+        return (torch.randn(1, m, width, generator=g) * torch.logspace(-1, 1, m)[:, None]).to(self.dtype)
 
     def _shapes_key(self) -> tuple:
         """What picks the products' kernels: their kinds and shapes, the dtype and the output head's
@@ -336,9 +344,11 @@ class LeanGemma3(Forward):
         """The output head's logits of ``rows``; on the exact path more rows than ``exact_rows``'
         small blocks go in pieces of that many."""
         n = rows.shape[1]
-        if not self.exact or n <= 1 or n <= self.exact_rows()[0]:
+        if not self.exact or n <= 1:
             return self.logits_of(rows)
         small = self.exact_rows()[0]
+        if n <= small:
+            return self.logits_of(rows)
         return torch.cat([self.logits_of(rows[:, i : i + small]) for i in range(0, n, small)], 1)
 
     def exact_rows(self) -> tuple[int, tuple[int, ...]]:
@@ -358,13 +368,10 @@ class LeanGemma3(Forward):
     def _rows_agree(self, m: int) -> bool:
         """Whether each layer product gives every row of an ``m``-row block the bits of the row
         alone, on random bf16 rows of varied scale."""
-        layer, config = self.layers[0], self.body.config
         g = torch.Generator().manual_seed(1)
-        products = [(layer.qkv.stacked, config.hidden_size), (layer.o, self.heads * self.head_dim),
-                    (layer.gate_up.stacked, config.hidden_size), (layer.down, config.intermediate_size)]  # fmt: skip
         with torch.inference_mode():
-            for product, width in products:
-                x = (torch.randn(1, m, width, generator=g) * torch.logspace(-1, 1, m)[:, None]).to(self.dtype)
+            for product, width in self._probe_products(head=False):
+                x = self._probe_rows(g, m, width)
                 block = product(x)
                 if any(not torch.equal(block[:, i], product(x[:, i : i + 1])[:, 0]) for i in range(m)):
                     return False
@@ -434,9 +441,10 @@ class LeanGemma3(Forward):
             k = k * cos + _rotate_half(k) * sin
         return q, k, v
 
-    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: _Layer, mask: torch.Tensor | None,
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: _Layer, mask: Any,
                 layer_cache: LeanLayerCache) -> torch.Tensor:  # fmt: skip
-        """One block's attention on its cache, before the output product."""
+        """One block's attention on its cache, before the output product. ``mask``: the block's
+        (lo, visible) of ``_visible`` on the exact path, else its additive mask (or None)."""
         n = q.shape[2]
         if self.exact:
             past = layer_cache.length

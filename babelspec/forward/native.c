@@ -194,21 +194,7 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
     return n;
 }
 
-/* Attention of a block's n query rows over a bf16 cache, each row with a decode step's
- * arithmetic: row i's scores, softmax and weighted sum run over the keys it sees in ascending
- * cache order, with the same operations in the same order whatever n is, which other rows the
- * block holds and how many keys are cached after the row's own. So a row of a verification
- * chain, a token tree, a prefill chunk or a batched slot gets the bits of the same row computed
- * alone after the same cache.
- *
- * q: [kv_heads * groups, n, dim] bf16 (query heads of key/value head g are g*groups ..);
- * keys, values: [kv_heads, cap, dim] bf16, the block's own keys already cached at past .. past+n;
- * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
- * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
- * float32 (16 partial sums over dim, added in a fixed order), exp(s - max) by expf, summed in
- * key order; the output is sum_p e_p v_p in key order, times 1 / sum. */
 #define DOT_LANES 16
-#define DOT_HEADS 4 /* query heads whose dot products run together */
 #define ATTEND_THREAD_ROWS 32 /* blocks of at least this many rows (prefills) share them among threads */
 
 /* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
