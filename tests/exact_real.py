@@ -49,8 +49,12 @@ def train_bigrams(folder, langs) -> dict:
     return out
 
 
-def plain(target: Target, prompt: list[int]) -> list[int]:
-    return generate(target, make_drafter("none", target), prompt, max_new_tokens=NEW_TOKENS, sampling=GREEDY).token_ids
+def plain(target: Target, prompt: list[int], past_eos: bool = True) -> list[int]:
+    """Plain greedy decoding's ``NEW_TOKENS`` tokens: past any end-of-sequence token, so that every
+    one of them is compared whichever path the arithmetic takes, or (``past_eos=False``) up to it,
+    as a server answers."""
+    return generate(target, make_drafter("none", target), prompt, max_new_tokens=NEW_TOKENS, sampling=GREEDY,
+                    eos_token_ids=() if past_eos else None).token_ids  # fmt: skip
 
 
 def assert_drafters_decode_as_plain(target: Target, prompt: list[int], table) -> None:
@@ -61,7 +65,8 @@ def assert_drafters_decode_as_plain(target: Target, prompt: list[int], table) ->
     accepted = 0
     for options in ("tree=0", "", "tree=12,recycle=8"):
         spec = f"ngram:{table}" + (f",{options}" if options else "")
-        out = generate(target, make_drafter(spec, target), prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=GREEDY)
+        out = generate(target, make_drafter(spec, target), prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=GREEDY,
+                       eos_token_ids=())  # fmt: skip
         assert out.token_ids == expected, spec
         accepted += out.accepted
     assert accepted > 0  # drafts were kept, so blocks longer than one row were compared
