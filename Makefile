@@ -78,7 +78,7 @@ test: $(STAMP)
 	$(BIN)/ruff check babelspec tests benchmarks
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers and not vllm"
 
-# The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0): the
+# The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0, read by tests/edge.py and the command line): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue; the bf16 grid and
 # the 9 languages' greedy equality included (about 4 minutes). .ci/run runs it.
 test-glue-off: $(STAMP)

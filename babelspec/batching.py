@@ -73,7 +73,7 @@ class EngineLoop:
         if batch > 1:
             if not target.impl.batches:
                 raise ValueError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
-                                 "without BABELSPEC_FORWARD=hf); serve this model one request at a time")  # fmt: skip
+                                 "not forward='hf'); serve this model one request at a time")  # fmt: skip
             self.shared = target.impl
             self.max_rows = self.shared.batch_rows(max_rows) if max_rows > 1 else 1
             self.slots = [Target(target.model, target.tokenizer, target.device, impl=_Slot(self)) for _ in range(batch)]

@@ -8,7 +8,7 @@ accepted prefix. It knows nothing about drafting or verification.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -80,16 +80,23 @@ class CausalLM:
         self.model = model.eval()
         self.device = device or next(model.parameters()).device
         # The lean forward where the family has one (Gemma-3: same logits, less framework);
-        # ``forward="hf"`` (or BABELSPEC_FORWARD=hf) keeps Hugging Face's. ``quantize`` (a
+        # ``forward="hf"`` keeps Hugging Face's. ``quantize`` (a
         # drafter's) runs the layers on int8 copies of their weights, in the lean forward only.
         # ``options``: how the lean forward computes (``ForwardOptions``; the measured defaults).
         # ``impl``: a forward to use instead (a slot of a batch: ``babelspec.batching``).
         self.impl: Forward = impl if impl is not None else build_forward(model, self.device, forward, quantize, options)
+        self.forward_name, self.options = forward, options  # as passed in, for ``sibling``
         self.vocab_size = output_vocab_size(model)
         self.max_context = context_window(model)
         self.timer = ForwardTimer(self.device)
         self.forward_tokens: list[int] = []  # tokens in each forward, beside timer.seconds
         self.reset()
+
+    def sibling(self, model: torch.nn.Module, quantize: str | None = None) -> CausalLM:
+        """A drafter's ``CausalLM`` over ``model`` that computes as this one does: the same forward
+        and options, with the full output head (a drafter samples from every logit)."""
+        options = replace(self.options, head="full") if self.options is not None else None
+        return CausalLM(model, None, self.forward_name, quantize, options=options)
 
     def reset(self) -> None:
         self.cache = self._new_cache()

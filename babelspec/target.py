@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -68,6 +69,8 @@ def load_target(
     attention: str = "eager",
     precision: str | None = None,
     head: str = "full",
+    forward: str | None = None,
+    options: ForwardOptions | None = None,
 ) -> Target:
     """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``).
 
@@ -79,7 +82,10 @@ def load_target(
     they get alone.
 
     ``head="certified"``: the bf16 target's greedy and top-k rows take the certified head
-    (``forward.certified``): the same logits where they matter, from an int8 pass."""
+    (``forward.certified``): the same logits where they matter, from an int8 pass.
+
+    ``forward`` (``"lean"`` or ``"hf"``) and ``options`` (``ForwardOptions``, whose head ``head``
+    replaces): how the target computes (``forward.lean_forward``); its drafters compute so too."""
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
                          "or none for the loaded dtype's own")  # fmt: skip
@@ -92,11 +98,13 @@ def load_target(
     if precision == "w8a8" and dtype in (None, "auto"):
         dtype = "bfloat16"  # the mode is made from the bf16 model
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
-    target = Target(model, tokenizer, options=ForwardOptions(head=head) if head != "full" else None)
+    if options is not None or head != "full":
+        options = replace(options if options is not None else ForwardOptions(), head=head)
+    target = Target(model, tokenizer, forward=forward, options=options)
     if precision == "w8a8":
         if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
             raise ValueError("a w8a8 target needs the lean forward on the CPU (a Gemma-3 text model under eager "
-                             "attention, without BABELSPEC_FORWARD=hf)")  # fmt: skip
+                             "attention, not forward='hf')")  # fmt: skip
         quantize_w8a8(target.impl, lambda: calibrate(target))
         target.name += " (w8a8)"
         target.precision = precision

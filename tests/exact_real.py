@@ -5,6 +5,7 @@ and the skip where the corpora or oneDNN's bf16 kernels are missing."""
 from __future__ import annotations
 
 import pytest
+from edge import OPTIONS
 
 from babelspec.bench.tree import flores_prompts
 from babelspec.data.real import corpora_root
@@ -27,7 +28,7 @@ NEW_TOKENS = 64
 def load_bf16():
     """(model, tokenizer, target) of the default model in bf16."""
     model, tokenizer = load_model(DEFAULT_TARGET, dtype="bfloat16")
-    return model, tokenizer, Target(model, tokenizer)
+    return model, tokenizer, Target(model, tokenizer, options=OPTIONS)
 
 
 def prompt_ids(tokenizer, lang: str, index: int = 0) -> list[int]:

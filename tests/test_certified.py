@@ -5,9 +5,12 @@ head, greedy and sampled, and speculative sampling follows the target's distribu
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
+from edge import OPTIONS
 from stats import LeanModel, chi_square_pvalue, exact_pair_distribution, sampled_pairs
 from tiny import tiny_gemma3
 
@@ -69,9 +72,9 @@ def _compare(full: Target, certified: Target, texts: dict[str, list[int]]) -> tu
 def test_the_certified_head_gives_the_full_heads_top_k_bit_for_bit_on_real_text_in_every_paper_language(default_model):
     model, tokenizer = default_model
     # every row of every block certified: the speed limits (rows per block, estimated bounds) off
-    full, certified = Target(model, tokenizer), bound_only(model, tokenizer, BLOCK)
+    full, certified = Target(model, tokenizer, options=OPTIONS), bound_only(model, tokenizer, BLOCK, options=OPTIONS)
     assert certified.certifies_head and not full.certifies_head
-    assert Target(model, tokenizer, options=ForwardOptions(head="certified")).certifies_head
+    assert Target(model, tokenizer, options=replace(OPTIONS, head="certified")).certifies_head
     texts = _texts(tokenizer, 90)
     assert len(texts) == 11 and all(len(ids) == 91 for ids in texts.values())
     rows, wrong = _compare(full, certified, texts)
@@ -92,14 +95,14 @@ def test_a_bound_without_the_weights_rounding_is_caught_by_the_same_comparison(d
     """A bound that leaves out the weights' rounding (|e_r| |h_R| and the outliers' term) is
     wrong; the comparison above must find rows where it drops one of the k largest."""
     model, tokenizer = default_model
-    certified = bound_only(model, tokenizer, BLOCK, terms=("activations", "rounding"))
-    rows, wrong = _compare(Target(model, tokenizer), certified, _texts(tokenizer, 45))
+    certified = bound_only(model, tokenizer, BLOCK, terms=("activations", "rounding"), options=OPTIONS)
+    rows, wrong = _compare(Target(model, tokenizer, options=OPTIONS), certified, _texts(tokenizer, 45))
     assert wrong > 0, f"a loosened bound went unseen on {rows} rows"
 
 
 def test_the_engine_decodes_the_default_model_as_under_the_full_head_greedy_and_sampled(default_model):
     model, tokenizer = default_model
-    full, certified = Target(model, tokenizer), Target(model, tokenizer, options=ForwardOptions(head="certified"))
+    full, certified = Target(model, tokenizer, options=OPTIONS), Target(model, tokenizer, options=replace(OPTIONS, head="certified"))
     prompt = tokenizer("English: The children are playing in the garden.\nYoruba:")["input_ids"]
     greedy = SamplingConfig(greedy=True)
     plain = generate(full, make_drafter("none", full), prompt, max_new_tokens=24, sampling=greedy).token_ids
@@ -115,7 +118,7 @@ def test_the_engine_decodes_the_default_model_as_under_the_full_head_greedy_and_
 
 def test_head_requests_follow_the_sampling_settings(default_model):
     model, tokenizer = default_model
-    certified = Target(model, tokenizer, options=ForwardOptions(head="certified"))
+    certified = Target(model, tokenizer, options=replace(OPTIONS, head="certified"))
     seq = np.array([5, 6, 7, 5, 9], dtype=np.int64)
     assert head_request(certified, SamplingConfig(greedy=True), seq, 5, [3]) == HeadRequest(1)
     assert head_request(certified, PAPER, seq, 5, [3, 4]) == HeadRequest(100, (3, 4, 5, 6, 7, 9))
@@ -123,23 +126,23 @@ def test_head_requests_follow_the_sampling_settings(default_model):
     assert head_request(certified, SamplingConfig(top_k=8), seq, 5, [3], observes_top=20) == HeadRequest(20)
     assert head_request(certified, SamplingConfig(top_p=0.9), seq, 5, [3]) is None  # needs the normaliser
     assert head_request(certified, SamplingConfig(top_k=101), seq, 5, [3]) is None
-    assert head_request(Target(model, tokenizer), PAPER, seq, 5, [3]) is None
+    assert head_request(Target(model, tokenizer, options=OPTIONS), PAPER, seq, 5, [3]) is None
 
 
 def test_speculative_sampling_with_a_certified_target_and_verifier_follows_the_target_distribution():
     vocab = 12
     model = tiny_gemma3(vocab=vocab, layers=2, sliding_window=4, seed=3).to(torch.bfloat16)
     model.set_attn_implementation("eager")
-    target = Target(model, options=ForwardOptions(head="certified"))
+    target = Target(model, options=replace(OPTIONS, head="certified"))
     prompt = [4, 6, 4]
     config = SamplingConfig(temperature=0.9, top_k=6, top_p=0.9, repetition_penalty=1.5, repetition_window=3)
-    exact = exact_pair_distribution(LeanModel(Target(model).lean), prompt, config)  # the full head's
+    exact = exact_pair_distribution(LeanModel(Target(model, options=OPTIONS).lean), prompt, config)  # the full head's
     counts, proposed, accepted = sampled_pairs(target, make_drafter("self:1", target), prompt, config,
                                                range(3000, 5500), vocab)  # fmt: skip
     assert 0 < accepted < proposed
     assert target.impl.logits_of.certified.stats.certified > 0
     assert chi_square_pvalue(counts, exact) > 1e-3
-    hotter = exact_pair_distribution(LeanModel(Target(model).lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
+    hotter = exact_pair_distribution(LeanModel(Target(model, options=OPTIONS).lean), prompt, SamplingConfig(**{**config.to_dict(), "temperature": 1.3}))
     assert chi_square_pvalue(counts, hotter) < 1e-9
 
 
@@ -155,7 +158,7 @@ def test_bad_head_settings_are_refused_with_what_to_use():
     model = tiny_gemma3(vocab=16, layers=1)  # float32
     model.set_attn_implementation("eager")
     with pytest.raises(ValueError, match="dtype='bfloat16' or use head='full'"):
-        Target(model, options=ForwardOptions(head="certified"))
+        Target(model, options=replace(OPTIONS, head="certified"))
     assert LANGUAGES["yor"].name
 
 
@@ -165,7 +168,7 @@ def test_rows_asking_for_more_candidates_than_the_head_certifies_count_as_full(d
     from babelspec.forward.certified import CERTIFIED_TOP_K
 
     model, tokenizer = default_model
-    target = Target(model, tokenizer, options=ForwardOptions(head="certified"))
+    target = Target(model, tokenizer, options=replace(OPTIONS, head="certified"))
     head = target.impl.logits_of
     hidden = torch.randn(1, 3, model.config.hidden_size, generator=torch.Generator().manual_seed(0)).bfloat16()
     head.certified.stats.reset()

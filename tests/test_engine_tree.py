@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from edge import OPTIONS
 from stats import chi_square_pvalue
 from tiny import tiny_gemma3, tiny_qwen3, tiny_qwen35
 
@@ -269,7 +270,7 @@ def test_greedy_ngram_trees_on_the_default_model_equal_plain_greedy(real_bigram,
     from babelspec.drafters import make_drafter
     from babelspec.models import DEFAULT_TARGET, load_model
 
-    target = Target(*load_model(DEFAULT_TARGET, dtype=dtype), forward=forward)
+    target = Target(*load_model(DEFAULT_TARGET, dtype=dtype), forward=forward, options=OPTIONS)
     assert (target.lean is None) == (forward == "hf") and target.supports_trees
     greedy = SamplingConfig(greedy=True)
     prompt = target.tokenizer("Ẹnì kọ̀ọ̀kan ló ní ẹ̀tọ́ láti").input_ids

@@ -6,6 +6,7 @@ cost ratio c: speed is a benchmark's business, not a test's)."""
 from __future__ import annotations
 
 import pytest
+from edge import OPTIONS
 
 from babelspec.bench.peers import PromptItem, equivalence
 from babelspec.data.corpus import monolingual
@@ -37,7 +38,7 @@ def test_the_bf16_target_reports_its_agreement_and_its_exact_mode() -> None:
     """bf16 on the lean forward is exact against its own plain decoding (rows invariant); against
     Hugging Face's greedy output, its agreement is measured and reported with its dtype and
     attention."""
-    target = load_target(DEFAULT_TARGET, dtype="bfloat16")
+    target = load_target(DEFAULT_TARGET, dtype="bfloat16", options=OPTIONS)
     report = equivalence(target, _prompts(target)[:2], ["none", "self:12@"], max_new_tokens=6, gamma=4).to_dict()
     assert report["execution"]["dtype"] == "bfloat16" and report["execution"]["mode"] == "exact"
     assert report["agreement_with_plain"] == 1.0

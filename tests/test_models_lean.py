@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from edge import OPTIONS
 from tiny import UNPACKED, tiny_gemma3, tiny_qwen3
 from transformers import DynamicCache
 
@@ -125,10 +126,10 @@ def test_lean_covers_eager_gemma3_only():
         lean_forward(_eager(tiny_gemma3()), "fast")
 
 
-def test_a_bad_forward_setting_is_named(monkeypatch):
-    monkeypatch.setenv("BABELSPEC_FORWARD", "quick")
-    with pytest.raises(ValueError, match="BABELSPEC_FORWARD='quick' is not a forward; use one of lean, hf"):
-        CausalLM(_eager(tiny_gemma3()))
+def test_the_forward_is_a_value_passed_in(monkeypatch):
+    monkeypatch.setenv("BABELSPEC_FORWARD", "hf")  # read at the command line's edge only, never here
+    assert CausalLM(_eager(tiny_gemma3())).lean is not None
+    assert CausalLM(_eager(tiny_gemma3()), forward="hf").lean is None
 
 
 def test_the_lean_cache_crops_only_backwards():
@@ -154,7 +155,7 @@ def test_greedy_through_the_lean_forward_equals_hf_forward(spec):
 
 @pytest.fixture(scope="module")
 def real_models():
-    return {name: load_target(DEFAULT_TARGET, dtype=name) for name in ("float32", "bfloat16")}
+    return {name: load_target(DEFAULT_TARGET, dtype=name, options=OPTIONS) for name in ("float32", "bfloat16")}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -72,3 +72,58 @@ def test_the_check_sees_a_benchmark_that_sets_a_forward_constant() -> None:
     assert switches("def t(monkeypatch):\n    monkeypatch.setattr('babelspec.lean.X', 1)\n")
     # an instance the file made is its own to configure
     assert not switches("from babelspec.target import Target\nt = Target(m)\nt.precision = 'w8a8'\n")
+
+
+# Variables that say where things are (folders, files, a compiler), read where they are used. How
+# babelspec computes is never among them: ``--forward`` and ``--native`` are read at the command
+# line's edge (``babelspec.cli``) and passed in as values.
+LOCATIONS = {"BABELSPEC_CACHE", "BABELSPEC_CORPORA", "BABELSPEC_DATA_DIR", "BABELSPEC_ROUTER", "BABELSPEC_MOSCAR",
+             "HF_HUB_OFFLINE", "CC"}  # fmt: skip
+EDGE = ROOT / "babelspec" / "cli"
+
+
+def _constants(tree: ast.Module) -> dict[str, str]:
+    return {t.id: node.value.value for node in tree.body if isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+            for t in node.targets if isinstance(t, ast.Name)}  # fmt: skip
+
+
+def environment_reads(source: str) -> list[str]:
+    """Each read of the environment in ``source`` (``os.environ[...]``, ``.get``, ``os.getenv``,
+    ``os.environ`` itself) whose variable is not one of ``LOCATIONS``."""
+    tree = ast.parse(source)
+    constants = _constants(tree)
+    found, named = [], set()
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args and (
+                ast.unparse(node.func) in ("os.environ.get", "environ.get", "os.getenv", "getenv")):  # fmt: skip
+            key, named = node.args[0], named | {id(node.func.value)}
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+            key, named = node.slice, named | {id(node.value)}
+        if key is not None:
+            value = key.value if isinstance(key, ast.Constant) else constants.get(getattr(key, "id", ""))
+            if value not in LOCATIONS:
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    for node in ast.walk(tree):  # the whole environment handed on or read some other way
+        if isinstance(node, ast.Attribute) and ast.unparse(node) == "os.environ" and id(node) not in named:
+            found.append(f"line {node.lineno}: os.environ")
+    return found
+
+
+LIBRARY = sorted(p for p in (ROOT / "babelspec").rglob("*.py") if EDGE not in p.parents)
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_library_reads_no_setting_from_the_environment(path: Path) -> None:
+    found = environment_reads(path.read_text())
+    assert not found, (f"{path.relative_to(ROOT)} reads the environment: {found}; read it at the command line's edge "
+                       "(babelspec.cli) and pass a value in")  # fmt: skip
+
+
+def test_the_environment_check_sees_a_setting_read_where_forwards_are_built() -> None:
+    assert environment_reads('import os\nX = "BABELSPEC_NATIVE"\ndef f():\n    return os.environ.get(X, "1")\n')
+    assert environment_reads('import os\nv = os.environ["BABELSPEC_FORWARD"]\n')
+    assert environment_reads('import os\nv = os.getenv("OMP_NUM_THREADS")\n')
+    assert environment_reads('import os\nenv = dict(os.environ)\n')
+    assert not environment_reads('import os\nCORPORA = "BABELSPEC_CORPORA"\nv = os.environ.get(CORPORA)\n')

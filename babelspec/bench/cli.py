@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -10,7 +11,34 @@ import typer
 
 from babelspec.models.presets import DEFAULT_TARGET
 
+# The click under typer: its own copy (typer._click) in newer typers, the click package before.
+click_globals = importlib.import_module(typer.BadParameter.__module__.rpartition(".")[0] + ".globals")
+click_exceptions = importlib.import_module(typer.BadParameter.__module__.rpartition(".")[0] + ".exceptions")
+
+
+def root_choice() -> dict[str, Any]:
+    """What ``babelspec --forward/--native`` (or their variables) set: the root command's values
+    that were given, not defaulted; empty outside a command."""
+    ctx = click_globals.get_current_context(silent=True)
+    return dict((ctx.find_root().obj if ctx is not None else None) or {})
+
+
 bench_app = typer.Typer(help="Benchmarks: each prints one JSON object.", no_args_is_help=True)
+
+
+def forward_choice() -> dict[str, Any]:
+    """The forward the command line chose (``babelspec --forward``, ``--native/--no-native`` or
+    their environment variables, read once at the edge), as ``load_target``'s ``forward=`` and
+    ``options=``; empty where none was given, and outside a command."""
+    given = root_choice()
+    choice: dict[str, Any] = {}
+    if "forward" in given:
+        choice["forward"] = given["forward"]
+    if "native" in given:
+        from babelspec.forward import ForwardOptions
+
+        choice["options"] = ForwardOptions(native=given["native"])
+    return choice
 
 
 def _emit(result: dict, output: str | None) -> None:
@@ -22,12 +50,8 @@ def _emit(result: dict, output: str | None) -> None:
 
 def _run(output: str | None, bench: Callable[..., dict], *args: Any, **kwargs: Any) -> None:
     """Run a bench and emit its JSON; what it cannot run (a bad value, a missing file or
-    program) is one line on stderr and exit status 2."""
-    try:
-        result = bench(*args, **kwargs)
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    program) ends as every command's user error does (``babelspec.cli.ErrorExitGroup``)."""
+    result = bench(*args, **kwargs)
     _emit(result, output)
 
 
@@ -239,12 +263,9 @@ def bench_peers(
         precision=precision or None,
         llama_cpp=llama_cpp,
         llama_cpp_lookup=llama_cpp_lookup,
+        **forward_choice(),
     )
-    try:
-        result = peers(cfg)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    result = peers(cfg)
     _emit(result, output)
 
 
@@ -267,18 +288,14 @@ def bench_equivalence(
     from babelspec.bench.peers import DEFAULT_LANGS, benchmark_prompts, drafter_costs, equivalence
     from babelspec.target import load_target
 
-    try:
-        tgt = load_target(target, dtype=dtype, attention=attention)
-        prompts = benchmark_prompts(tgt.tokenizer, list(_langs(langs, DEFAULT_LANGS)),
-                                    _positive("--prompts-per-lang", prompts_per_lang), task)
-        specs = [d.strip() for d in drafters.split(",") if d.strip()]
-        report = equivalence(tgt, prompts, specs, max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
-                             gamma=_positive("--gamma", gamma)).to_dict()
-        if costs:
-            report["costs"] = drafter_costs(tgt, prompts[0], [s for s in specs if s != "none"], gamma=gamma)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+    tgt = load_target(target, dtype=dtype, attention=attention, **forward_choice())
+    prompts = benchmark_prompts(tgt.tokenizer, list(_langs(langs, DEFAULT_LANGS)),
+                                _positive("--prompts-per-lang", prompts_per_lang), task)
+    specs = [d.strip() for d in drafters.split(",") if d.strip()]
+    report = equivalence(tgt, prompts, specs, max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
+                         gamma=_positive("--gamma", gamma)).to_dict()
+    if costs:
+        report["costs"] = drafter_costs(tgt, prompts[0], [s for s in specs if s != "none"], gamma=gamma)
     typer.echo(json.dumps(report, indent=1))
     if not report["all_equal"] and report["execution"]["mode"] == "exact":
         raise typer.Exit(1)
@@ -335,12 +352,8 @@ def bench_tree(
                           max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
                           gamma=_positive("--gamma", gamma), budgets=budget_list, branches=branch_list,
                           deep=deep, modes=mode_list, recycle=recycle,
-                          data_root=data_root, dtype=dtype)  # fmt: skip
-    try:
-        result = tree_bench(cfg)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+                          data_root=data_root, dtype=dtype, **forward_choice())  # fmt: skip
+    result = tree_bench(cfg)
     _emit(result, output)
 
 
@@ -371,12 +384,8 @@ def bench_quant(
                            prompts_per_lang=_positive("--prompts-per-lang", prompts_per_lang),
                            max_new_tokens=_positive("--max-new-tokens", max_new_tokens),
                            gammas=tuple(_counts("--gammas", gammas)), drafters=drafter_list, modes=mode_list,
-                           data_root=data_root, dtype=dtype)  # fmt: skip
-    try:
-        result = quant_bench(cfg)
-    except ValueError as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+                           data_root=data_root, dtype=dtype, **forward_choice())  # fmt: skip
+    result = quant_bench(cfg)
     _emit(result, output)
 
 

@@ -67,18 +67,21 @@ def _forward_times(targets: dict[str, Target], texts: list[list[int]], blocks: t
     return times
 
 
-def bound_only(model, tokenizer, block: int, terms: tuple[str, ...] = BOUND_TERMS) -> Target:
+def bound_only(model, tokenizer, block: int, terms: tuple[str, ...] = BOUND_TERMS,
+               options: ForwardOptions | None = None) -> Target:  # fmt: skip
     """``model`` with a certified head that certifies every row of blocks up to ``block`` rows,
-    whatever its estimated bound: the bound (its ``terms``) alone decides, the speed limits off."""
+    whatever its estimated bound: the bound (its ``terms``) alone decides, the speed limits off.
+    ``options``: how the rest of the forward computes (``ForwardOptions``; the defaults)."""
     from babelspec.forward import LeanGemma3
     from babelspec.forward.kernels import Linear, OutputHead
     from babelspec.forward.native import glue
 
     weight = model.lm_head.weight
     linear = Linear(weight, pad_row=True)
-    head = CertifiedHead(weight, linear, glue() if ForwardOptions().native else None, terms=terms, max_rows=block,
+    options = options if options is not None else ForwardOptions()
+    head = CertifiedHead(weight, linear, glue() if options.native else None, terms=terms, max_rows=block,
                          limits=(float("inf"), float("inf")))  # fmt: skip
-    return Target(model, tokenizer, impl=LeanGemma3(model.model, OutputHead(linear, weight, None, head)))
+    return Target(model, tokenizer, impl=LeanGemma3(model.model, OutputHead(linear, weight, None, head), options))
 
 
 def needed_logits_differ(row: torch.Tensor, expected: torch.Tensor, request: HeadRequest) -> bool:

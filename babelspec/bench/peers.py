@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
@@ -290,6 +290,8 @@ class PeersConfig:
     data_root: str = ""  # the corpora folder of --task flores
     threads: int | None = None
     dtype: str = "auto"  # babelspec and HF alike: auto | bfloat16 | float32
+    forward: str | None = None  # babelspec's target forward (load_target), None: lean
+    options: Any = None  # its ForwardOptions, None: the defaults
     precision: str | None = None  # babelspec's target mode (w8a8; HF runs the loaded dtype's model)
     llama_cpp: bool = True  # also llama.cpp plain decoding of the same GGUF, if installed
     llama_cpp_lookup: int = 10  # and its prompt-lookup speculative decoding, drafting this many (0: not)
@@ -380,7 +382,8 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    target = load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision)
+    target = load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision, forward=cfg.forward,
+                         options=cfg.options)
     tokenizer = target.tokenizer
     llama, llama_note = _open_llama_cpp(cfg)
     specs = list(cfg.drafters) if cfg.drafters is not None else default_drafters(num_layers(target.model))
@@ -403,7 +406,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
     started = time.perf_counter()
     # Warm-up: one short run of every method (first-call allocations, lazy inits).
     warm = PromptItem(prompts[0].lang, prompts[0].ids, prompts[0].text)
-    short = PeersConfig(**{**asdict(cfg), "max_new_tokens": 4})
+    short = replace(cfg, max_new_tokens=4)
     for method in methods:
         _method_runner(target, method, warm, short, True, 0, drafters, assistant, llama)
     total = len(cfg.modes) * cfg.repeats * len(prompts) * len(methods)

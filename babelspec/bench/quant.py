@@ -36,6 +36,8 @@ class QuantBenchConfig:
     modes: tuple[str, ...] = ("greedy", "sample")
     data_root: str = ""
     dtype: str = "auto"
+    forward: str | None = None  # babelspec's target forward (load_target), None: lean
+    options: Any = None  # its ForwardOptions, None: the defaults
 
 
 def setting_name(spec: str, gamma: int, gammas: tuple[int, ...]) -> str:
@@ -60,7 +62,7 @@ def quant_bench(cfg: QuantBenchConfig, progress: bool = True) -> dict[str, Any]:
     from babelspec.target import load_target
 
     root = real_root("quant", cfg.data_root)
-    target = load_target(cfg.target, dtype=cfg.dtype)
+    target = load_target(cfg.target, dtype=cfg.dtype, forward=cfg.forward, options=cfg.options)
 
     def settings_for(lang: str, bigram: Path) -> dict[str, tuple[Any, int]]:
         settings = {"plain": (make_drafter("none", target), 1)}

@@ -42,6 +42,8 @@ class TreeBenchConfig:
     recycle: int = 0  # > 0: every chain and tree also with Token Recycling of this many candidates
     data_root: str = ""  # the corpora folder ("" = $BABELSPEC_CORPORA)
     dtype: str = "auto"
+    forward: str | None = None  # babelspec's target forward (load_target), None: lean
+    options: Any = None  # its ForwardOptions, None: the defaults
 
 
 def real_ngram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
@@ -170,7 +172,7 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     from babelspec.target import load_target
 
     root = real_root("tree", cfg.data_root)
-    target = load_target(cfg.target, dtype=cfg.dtype)
+    target = load_target(cfg.target, dtype=cfg.dtype, forward=cfg.forward, options=cfg.options)
     if not target.supports_trees:
         raise ValueError(f"{cfg.target} cannot verify token trees (recurrent layers, or an attention without "
                          "custom masks)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from babelspec.bench.cli import forward_choice
 from babelspec.sampling import PAPER_REPETITION_PENALTY, PAPER_REPETITION_WINDOW, PAPER_TOP_K, PAPER_TOP_P
 
 DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
@@ -56,21 +57,24 @@ def generate(
         raise typer.BadParameter(f"--gamma must be >= 1 (got {gamma}); use --drafter none for plain decoding")
     if max_new_tokens < 0:
         raise typer.BadParameter(f"--max-new-tokens must be >= 0 (got {max_new_tokens})")
-    try:
-        from babelspec.drafters import make_drafter
-        from babelspec.drafters.base import resolve_gamma
-        from babelspec.target import load_target
+    if lang is not None:
+        from babelspec.data.languages import get_language
 
-        tgt = load_target(target, dtype=dtype, precision=precision or None, head=head)
-        context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
-        drf = make_drafter(drafter, tgt, **context)
-        prompt_ids = tgt.tokenizer(prompt)["input_ids"]
-        gamma = resolve_gamma(gamma, drf)
-        result = run_generation(tgt, drf, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens,
-                                sampling=sampling, stop_strings=tuple(stop or ()))
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        try:
+            lang = get_language(lang).code
+        except ValueError as err:
+            raise typer.BadParameter(str(err), param_hint="--lang") from None
+    from babelspec.drafters import make_drafter
+    from babelspec.drafters.base import resolve_gamma
+    from babelspec.target import load_target
+
+    tgt = load_target(target, dtype=dtype, precision=precision or None, head=head, **forward_choice())
+    context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
+    drf = make_drafter(drafter, tgt, **context)
+    prompt_ids = tgt.tokenizer(prompt)["input_ids"]
+    gamma = resolve_gamma(gamma, drf)
+    result = run_generation(tgt, drf, prompt_ids, gamma=gamma, max_new_tokens=max_new_tokens,
+                            sampling=sampling, stop_strings=tuple(stop or ()))
     if json_output:
         from babelspec.machine import execution_info
 

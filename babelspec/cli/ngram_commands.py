@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from babelspec.bench.cli import forward_choice
+
 ngram_app = typer.Typer(help="Train and inspect n-gram drafters.", no_args_is_help=True)
 
 
@@ -116,7 +118,7 @@ def distil_command(
     from babelspec.target import load_target
 
     try:
-        tgt = load_target(target, dtype=dtype)
+        tgt = load_target(target, dtype=dtype, **forward_choice())
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--target") from None
     sampling = SamplingConfig(greedy=True) if greedy else SamplingConfig.paper()

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from babelspec.bench.cli import forward_choice
 from babelspec.cli.generate import PRECISION_HELP
 
 
@@ -54,18 +55,14 @@ def serve_command(
 
             torch.set_num_threads(threads)
         offers = parse_offers(drafter)
-        tgt = load_target(target, precision=precision or None)
+        tgt = load_target(target, precision=precision or None, **forward_choice())
         for spec in offers.values():
             if not is_auto(spec):
                 make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request
         worker = Scheduler(tgt, served_model_name or target, drafter=offers, router=router, queue_size=queue_size,
                            request_timeout=request_timeout, detect=True, batch=batch)  # fmt: skip
     except APIError as err:
-        typer.echo(f"error: {err.message}", err=True)
-        raise typer.Exit(2) from None
-    except (ValueError, FileNotFoundError) as err:
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
+        raise ValueError(err.message) from None  # the command line's one error exit
     app = create_app(worker, max_body_bytes=max_body_bytes)
     offered = ", ".join(f"{name} ({spec})" if name != spec else name for name, spec in worker.offers.items())
     print(f"babelspec serve: {served_model_name or target} on http://{host}:{port}/v1; drafters {offered}, "

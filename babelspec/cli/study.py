@@ -27,11 +27,14 @@ def run_command(
         cfg = load_config(config, profile, data_root=data_root)
     except ConfigError as exc:
         raise typer.BadParameter(str(exc), param_hint="--config/--profile") from exc
+    from babelspec.bench.cli import root_choice
+
+    chosen = root_choice()  # babelspec --forward/--native
+    cfg.forward, cfg.native = chosen.get("forward", cfg.forward), chosen.get("native", cfg.native)
     if ray is not None:
         cfg.ray = "" if ray in ("", "off", "no") else ray
     if ray_workers is not None:
         cfg.ray_workers = ray_workers
-    from babelspec.experiments.executors import ExecutorError
     from babelspec.experiments.runner import dry_run as plan_run
     from babelspec.experiments.runner import install_router as install
     from babelspec.experiments.runner import run_experiment
@@ -44,9 +47,6 @@ def run_command(
             typer.echo(plan_run(cfg, out, log=log).describe())
             return
         summary = run_experiment(cfg, out, progress=not no_progress, log=log)
-    except ExecutorError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
     except KeyboardInterrupt:
         typer.echo(f"interrupted: every finished example is in {out}; run the same command to resume",
                    err=True)  # fmt: skip

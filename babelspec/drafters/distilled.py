@@ -20,4 +20,4 @@ def distilled_drafter(arg: str, target: Any, context: dict[str, Any]) -> Drafter
     meta = read_metadata(arg)
     student = load_distilled(arg, target.model)
     student.model.to(target.device)
-    return ModelDrafter(student.model, name=f"distilled:{meta.get('mode')}:{meta.get('lang')}")
+    return ModelDrafter(target.sibling(student.model), name=f"distilled:{meta.get('mode')}:{meta.get('lang')}")

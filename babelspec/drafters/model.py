@@ -81,4 +81,4 @@ def model_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     if not arg:
         raise ValueError("the drafter spec 'model:' needs a preset, local path or hub name, "
                          "e.g. model:qwen3.5-0.8b")
-    return ModelDrafter(load_causal_lm(arg, target), name=f"model:{arg}")
+    return ModelDrafter(target.sibling(load_causal_lm(arg, target)), name=f"model:{arg}")

@@ -15,6 +15,7 @@ import torch
 
 from babelspec.drafters.base import Verdict
 from babelspec.drafters.model import ModelDrafter, _numpy_rng
+from babelspec.lm import CausalLM
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
@@ -102,6 +103,8 @@ class SelfDrafter(ModelDrafter):
     """
 
     def __init__(self, model: torch.nn.Module, target: Target | None, n_shared: int, name: str) -> None:
+        if target is not None and not isinstance(model, CausalLM):
+            model = target.sibling(model)  # computes as the target does
         super().__init__(model, name=name)
         self.target = target
         self.n_shared = n_shared

@@ -127,7 +127,8 @@ class VocabHeadDrafter(SelfDrafter):
     """
 
     def __init__(self, lm: RestrictedHeadLM, name: str, target: Target | None = None) -> None:
-        super().__init__(CausalLM(lm, quantize=lm.quantize), target, len(lm.body.layers), name=name)
+        own = target.sibling(lm, lm.quantize) if target is not None else CausalLM(lm, quantize=lm.quantize)
+        super().__init__(own, target, len(lm.body.layers), name=name)
         self.head = lm
         self.vocab_size = lm.vocab_size
 

@@ -150,6 +150,8 @@ class ExperimentConfig:
     dtype: str = "auto"  # auto (bf16 where the hardware has it natively, else fp32) | bfloat16 | float32
     precision: str = ""  # a target mode: "" (the dtype's own) | w8a8 (target.load_target)
     head: str = "full"  # the target's output head: full | certified (exact top-k from an int8 pass; bf16)
+    forward: str = "lean"  # the target's forward: lean (babelspec's own, where the family has one) | hf
+    native: bool = True  # the lean forward's C glue (False: the same arithmetic in torch operations)
     shared_cache: bool = False  # prepared drafters in the user cache instead of runs/NAME
     ray: str = ""  # "" runs here; "auto" or HOST:PORT runs the units on that Ray cluster
     ray_workers: int = 0  # Ray workers (each `threads` threads); 0 = as many as the cluster holds
@@ -403,6 +405,8 @@ def validate(cfg: ExperimentConfig) -> None:
         cfg.head in ("full", "certified"),
         f"head must be full or certified (got {cfg.head!r})",
     )
+    need(cfg.forward in ("lean", "hf"), f"forward must be lean or hf (got {cfg.forward!r})")
+    need(isinstance(cfg.native, bool), f"native must be true or false (got {cfg.native!r})")
     need(
         isinstance(cfg.max_new_tokens, int) and cfg.max_new_tokens >= 1,
         f"max_new_tokens must be an integer >= 1 (got {cfg.max_new_tokens!r})",

@@ -300,6 +300,8 @@ def speed_probe(cfg: ExperimentConfig, target, tokens: int = 16) -> float:
 
 def load_config_target(cfg: ExperimentConfig):
     """The run's verifier as the config asks for it: the driver and every worker load it so."""
+    from babelspec.forward import ForwardOptions
     from babelspec.target import load_target
 
-    return load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision or None, head=cfg.head)
+    return load_target(cfg.target, dtype=cfg.dtype, precision=cfg.precision or None, head=cfg.head,
+                       forward=cfg.forward, options=ForwardOptions(native=cfg.native))  # fmt: skip

@@ -6,12 +6,11 @@ same arithmetic with less framework: a preallocated cache (``cache``), merged an
 products (``kernels``), C glue between them in bf16 (``native``), token trees (``trees``), and
 quantized products for drafters and the W8A8 target mode (``quantize``, ``w8a8``).
 ``lean_forward`` chooses: the lean forward where the family has one, unless ``forward="hf"``
-(or ``BABELSPEC_FORWARD=hf``) asks for Hugging Face's.
+asks for Hugging Face's (the command line's ``--forward hf``).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -25,22 +24,11 @@ from babelspec.forward.native import glue
 from babelspec.forward.options import ForwardOptions
 from babelspec.forward.quantize import QUANTIZATIONS
 
-__all__ = ["CACHE_ONLY", "FORWARDS", "FORWARD_ENV", "Forward", "ForwardOptions", "HFForward", "HeadRequest", "LeanGemma3", "build_forward",
-           "default_forward", "lean_forward"]
+__all__ = ["CACHE_ONLY", "FORWARDS", "Forward", "ForwardOptions", "HFForward", "HeadRequest", "LeanGemma3", "build_forward",
+           "lean_forward"]
 
 
 FORWARDS = ("lean", "hf")
-
-
-FORWARD_ENV = "BABELSPEC_FORWARD"  # "hf" turns the lean forward off everywhere
-
-
-def default_forward() -> str:
-    """``lean`` unless ``BABELSPEC_FORWARD=hf``; a clear error for any other value."""
-    value = os.environ.get(FORWARD_ENV, "lean").strip().lower() or "lean"
-    if value not in FORWARDS:
-        raise ValueError(f"{FORWARD_ENV}={value!r} is not a forward; use one of {', '.join(FORWARDS)}")
-    return value
 
 
 def _gemma3_body(body: Any) -> bool:
@@ -61,7 +49,7 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, options: Fo
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
     options = options if options is not None else ForwardOptions()
-    forward = forward or default_forward()
+    forward = forward or "lean"
     if forward not in FORWARDS:
         raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
     if forward == "hf":
@@ -96,5 +84,5 @@ def build_forward(model: torch.nn.Module, device: torch.device, forward: str | N
     if quantize is not None:
         kind = getattr(model.config, "model_type", type(model).__name__)
         raise ValueError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "
-                         f"attention, without BABELSPEC_FORWARD=hf); this {kind} model has none")
+                         f"attention, not forward='hf'); this {kind} model has none")
     return HFForward(model, device)

@@ -10,7 +10,7 @@ raw bf16 buffers, built once per source, compiler, flags and platform with the s
 (``models.cache_dir``) and loaded with ``ctypes``: no torch headers, a build of about a
 second, no instructions beyond the compiler's default target but in the attention kernel, which
 GCC also builds for AVX2 and AVX-512 and picks among once per process (the same kernel for every
-call, so a row's bits never depend on the block), so the same file runs on any x86-64 CPU. Where no compiler is found (or ``BABELSPEC_NATIVE=0``), ``glue()`` is None and the
+call, so a row's bits never depend on the block), so the same file runs on any x86-64 CPU. Where no compiler is found (or ``ForwardOptions(native=False)``), ``glue()`` is None and the
 forward keeps the torch operations.
 
 Each function treats every row alike, so a row gets the same bits alone as in a block; they

@@ -4,17 +4,10 @@ global changed from outside. The defaults are the measured choices; each names i
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 HEADS = ("full", "certified")  # ``ForwardOptions.head``
 MERGE_MAX_TOKENS = 16  # the default merge limit (``ForwardOptions.merge_max_tokens``)
-NATIVE_ENV = "BABELSPEC_NATIVE"  # "0": the default options keep the torch operations (``native=False``)
-
-
-def native_default() -> bool:
-    """On unless ``BABELSPEC_NATIVE=0`` (how CI runs the exactness tests once more without it)."""
-    return os.environ.get(NATIVE_ENV, "1").strip() != "0"
 
 
 @dataclass(frozen=True)
@@ -50,7 +43,7 @@ class ForwardOptions:
 
     pack: bool = True
     fuse: bool = True
-    native: bool = field(default_factory=native_default)
+    native: bool = True
     merge_max_tokens: int = MERGE_MAX_TOKENS
     head: str = "full"
 

@@ -1,0 +1,76 @@
+"""Every command ends a user's bad input the same way: exit status 2, one line on stderr that
+names what was wrong, no traceback (``babelspec.cli.ErrorExitGroup``). And the forward the
+command line chose (``--forward``, ``--native`` or their variables, read once at the edge)
+reaches the target it loads."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from babelspec.cli import app
+from babelspec.forward.native import glue
+
+# (arguments, what the message names); each runs from an empty folder with no corpora folder
+BAD_INPUTS = [
+    (["generate", "--prompt", "hi", "--lang", "xx"], "unknown language 'xx'"),
+    (["generate", "--prompt", "hi", "--target", "nosuch-model"], "unknown model 'nosuch-model'"),
+    (["generate", "--prompt", "hi", "--drafter", "ngram:nope.ngram"], "n-gram file 'nope.ngram' does not exist"),
+    (["generate", "--prompt", "hi", "--gamma", "0"], "--gamma must be >= 1"),
+    (["run", "-o", "r", "--profile", "nosuch"], "unknown profile 'nosuch'"),
+    (["run", "-o", "r", "--config", "missing.toml"], "config file 'missing.toml' not found"),
+    (["report", "nothing"], "nothing is not a babelspec run directory"),
+    (["ngram", "train", "--corpus", "nosuch", "-o", "x.ngram"], "'nosuch' is neither a file or folder nor a language"),
+    (["ngram", "train", "--corpus", "hau", "-o", "x.ngram"], "not Hausa (hau_Latn)"),
+    (["ngram", "stats", "nope.ngram"], "n-gram file 'nope.ngram' does not exist"),
+    (["ngram", "export", "amh=nope.ngram", "-o", "x"], "no n-gram file 'nope.ngram'"),
+    (["data", "show", "xx"], "unknown language 'xx'"),
+    (["data", "list", "--data-root", "nope"], "nope is not a folder"),
+    (["distill", "--mode", "task", "--lang", "xx", "-o", "d"], "unknown language 'xx'"),
+    (["serve", "--drafter", "ngram:nope.ngram"], "n-gram file 'nope.ngram' does not exist"),
+    (["bench", "tree", "--langs", "amh", "--data-root", "nope"], "data root 'nope' is not a folder"),
+    (["bench", "peers", "--langs", "xx"], "unknown language 'xx'"),
+    (["--forward", "quick", "generate", "--prompt", "hi"], "'quick' is not a forward; use lean or hf"),
+]
+
+
+@pytest.mark.parametrize("args,names", BAD_INPUTS, ids=lambda a: " ".join(a) if isinstance(a, list) else "")
+def test_a_bad_input_ends_in_one_line_and_exit_2(args, names, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BABELSPEC_CORPORA", raising=False)
+    res = CliRunner().invoke(app, args)
+    # transformers' progress bar while a model loads is not babelspec's message
+    lines = [line for line in re.split(r"[\r\n]", res.stderr) if line.strip() and "Loading weights" not in line]
+    assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], res.stderr
+    assert "Traceback" not in res.output
+
+
+def test_the_installed_command_says_the_same(tmp_path):
+    """The console script, not only the group: a missing corpus is one line, exit 2."""
+    proc = subprocess.run([sys.executable, "-m", "babelspec", "ngram", "train", "--corpus", "nosuch", "-o", "x"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: "), proc.stderr
+
+
+def _plan(env: dict[str, str], *root: str) -> dict:
+    res = CliRunner().invoke(app, [*root, "generate", "--prompt", "Hello", "--max-new-tokens", "1", "--dtype",
+                                   "bfloat16", "--json"], env=env)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout.strip().splitlines()[-1])["execution"]["plan"]
+
+
+def test_the_command_line_chooses_the_forward_it_loads():
+    if glue() is None:
+        pytest.skip("no C compiler here: the glue is off whatever is chosen")
+    assert _plan({"BABELSPEC_NATIVE": None})["glue"] is True
+    assert _plan({"BABELSPEC_NATIVE": "0"})["glue"] is False
+    assert _plan({"BABELSPEC_NATIVE": None}, "--no-native")["glue"] is False
+    assert _plan({"BABELSPEC_FORWARD": "hf"})["forward"] == "hf"
+    assert _plan({"BABELSPEC_FORWARD": None}, "--forward", "hf")["forward"] == "hf"
