@@ -24,10 +24,12 @@ import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from babelspec.bench.processes import serving
+from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
 
 METHODS = ("plain", "ngram-simple", "ngram-cache", "ngram-cache+babelspec")
 PAPER_SAMPLING = {"temperature": 1.0, "top_k": 100, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -108,7 +110,8 @@ def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str
     for lang in langs:
         cmd += ["--drafter", f"ngram:{folder / lang}.ngram"]
     with serving(cmd, "babelspec serve") as port:
-        _babelspec_cell(port, target, "none", langs[0], [items[0].ids], 1, True, 2)  # warm-up
+        warm_up({"babelspec serve": lambda: _babelspec_cell(port, target, "none", langs[0], [items[0].ids], 1, True,
+                                                            WARM_UP_TOKENS)})  # fmt: skip
         for lang in langs:
             prompts = [item.ids for item in items if item.lang == lang]
             for s in slots:
@@ -159,6 +162,7 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
                     cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "-t", str(threads), "-c",
                            str(1024 * s), "-np", str(s), *llama_server_args(method, folder / f"{lang}.lookup")]  # fmt: skip
                     with serving(cmd, "llama-server") as port:
+                        warm_up({"llama-server": partial(_llama_cell, port, prompts[:1], 1, True, WARM_UP_TOKENS)})
                         for mode in modes:
                             cells[("llama-server/" + method, lang, s, mode)] = _llama_cell(
                                 port, prompts, s, mode == "greedy", max_new_tokens)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import torch
 
+from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
 from babelspec.models.presets import DEFAULT_TARGET
 from babelspec.numeric import json_number, median
 
@@ -404,11 +406,10 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
 
     records: list[dict] = []
     started = time.perf_counter()
-    # Warm-up: one short run of every method (first-call allocations, lazy inits).
     warm = PromptItem(prompts[0].lang, prompts[0].ids, prompts[0].text)
-    short = replace(cfg, max_new_tokens=4)
-    for method in methods:
-        _method_runner(target, method, warm, short, True, 0, drafters, assistant, llama)
+    short = replace(cfg, max_new_tokens=WARM_UP_TOKENS)
+    warm_seconds = warm_up({method: partial(_method_runner, target, method, warm, short, True, 0, drafters, assistant,
+                                            llama) for method in methods})  # fmt: skip
     total = len(cfg.modes) * cfg.repeats * len(prompts) * len(methods)
     done = 0
     for mode in cfg.modes:
@@ -431,6 +432,7 @@ def peers(cfg: PeersConfig, progress: bool = True) -> dict:
                         print(f"[{done}/{total}] {mode} {item.lang} {method}: {len(tokens)} tok "
                               f"{seconds:.2f} s", file=sys.stderr, flush=True)
     out = summarise(records, cfg, methods, prompts, time.perf_counter() - started)
+    out["warm_up_seconds"] = warm_seconds
     out["execution"] = execution_info(target)
     if cfg.precision:  # another model than the loaded one: how closely it follows it
         out["precision"] = _precision_agreement(cfg, target, prompts, with_llama_cpp=LLAMA_CPP in llama)

@@ -1,6 +1,6 @@
 """babelspec's drafters inside transformers (``babelspec.integrations.transformers.generate``)
 against transformers' own ``generate``: plain and with prompt lookup, per language, on the same
-prompts and model, timed side by side (each prompt runs the three ways in turn)."""
+prompts and model, timed side by side (each prompt runs the three ways in turn, after one untimed warm-up each)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from babelspec.bench.peers import _hf_generate, benchmark_prompts, drafter_spec_for, language_ngram
+from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
 from babelspec.integrations.transformers import generate_with_stats
 from babelspec.machine import describe, execution_info
 from babelspec.target import Target, load_target
@@ -33,8 +34,17 @@ def transformers_helper(langs: list[str], *, target: str = "gemma-3-270m", dtype
     hf_target = Target(model, tokenizer, forward="hf")  # the helper's own forward: transformers'
     prompts = benchmark_prompts(tokenizer, langs, prompts_per_lang, task, data_root=data_root)
     rows: dict[str, dict[str, Any]] = {}
+    drafters = {lang: language_ngram(drafter_spec_for(drafter, lang), hf_target, data_root) for lang in langs}
+    first = prompts[0]
+    warm = warm_up({
+        "plain": lambda: _hf_generate(model, first.ids, WARM_UP_TOKENS, True, 0),
+        "prompt_lookup": lambda: _hf_generate(model, first.ids, WARM_UP_TOKENS, True, 0,
+                                              prompt_lookup_num_tokens=prompt_lookup),
+        "babelspec": lambda: generate_with_stats(model, [first.ids], tokenizer=tokenizer, drafter=drafters[first.lang],
+                                                 max_new_tokens=WARM_UP_TOKENS),
+    })  # fmt: skip
     for lang in langs:
-        drafter_obj = language_ngram(drafter_spec_for(drafter, lang), hf_target, data_root)
+        drafter_obj = drafters[lang]
         times: dict[str, list[float]] = {"plain": [], "prompt_lookup": [], "babelspec": []}
         tokens = dict.fromkeys(times, 0)
         equal, proposed, accepted = True, 0, 0
@@ -58,4 +68,4 @@ def transformers_helper(langs: list[str], *, target: str = "gemma-3-270m", dtype
     return {"bench": "transformers", "target": target, "dtype": dtype, "drafter": drafter, "task": task,
             "prompts_per_lang": prompts_per_lang, "max_new_tokens": max_new_tokens,
             "prompt_lookup_num_tokens": prompt_lookup, "machine": describe(execution_info(hf_target)),
-            "langs": rows}  # fmt: skip
+            "warm_up_seconds": warm, "langs": rows}  # fmt: skip

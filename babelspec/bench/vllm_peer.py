@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +115,7 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
     from transformers import AutoTokenizer
 
     from babelspec.bench.peers import benchmark_prompts
+    from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
     from babelspec.data.langid import OutputChecker, detect_language
     from babelspec.machine import cpu_model
 
@@ -137,7 +139,7 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
                       additional_config={"babelspec": {"tables": tables, **(proposer_options or {})}}
                       if name == "babelspec" else {})  # fmt: skip
             try:
-                _run(llm, [items[0].ids], 1, True, 4)  # warm-up, outside the timing
+                warm_up({name: partial(_run, llm, [items[0].ids], 1, True, WARM_UP_TOKENS)})
                 for lang in langs:
                     prompts = [item.ids for item in items if item.lang == lang]
                     for c in concurrency:
