@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test test-glue-off test-peers vllm-env test-vllm install clean
+.PHONY: demo test test-glue-off test-wheel test-peers vllm-env test-vllm install clean
 
 install: $(STAMP)
 
@@ -85,6 +85,12 @@ test-glue-off: $(STAMP)
 	BABELSPEC_NATIVE=0 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 		tests/test_engine_lossless.py tests/test_engine_greedy.py tests/test_engine_tree.py \
 		tests/test_models_equivalence.py tests/test_models_lean.py tests/test_certified.py tests/test_exact_*.py
+
+# babelspec as a user installs it: the wheel, installed with the pinned torch into a fresh
+# environment outside the checkout, run from an empty folder (tests/installed/check.sh says what).
+# About 5 minutes. .ci/run runs it.
+test-wheel: $(STAMP)
+	tests/installed/check.sh $(abspath $(BIN)/python)
 
 test-peers: $(LLAMA_STAMP) $(LLAMA_SERVER)
 	$(BIN)/python -m pytest -q -m peers

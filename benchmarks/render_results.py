@@ -250,7 +250,7 @@ def flores200_tables() -> str:
     blocks = [b for b in across_blocks({"across": run["across"]})[1:] if not isinstance(b, Figure)]
     stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
     return "\n".join([
-        f"`configs/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
+        f"`babelspec/profiles/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
         f"{run['version']}; stages: {stages}.", "", to_markdown(blocks).rstrip(),
     ])  # fmt: skip
 

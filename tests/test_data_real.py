@@ -1,5 +1,5 @@
 """The real sets in ../shared/corpora (or $BABELSPEC_CORPORA), read in place: counts and
-alignment of each layout, and configs/real.toml's sources never overlapping. Skipped where the
+alignment of each layout, and babelspec/profiles/real.toml's sources never overlapping. Skipped where the
 folder is absent (the sets are never copied into the repository)."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_real_config_never_overlaps() -> None:
     from babelspec.data.sources import monolingual_texts, parallel_records, without
     from babelspec.experiments.config import load_config
 
-    cfg = load_config(REPO / "configs" / "real.toml", data_root=CORPORA)
+    cfg = load_config(profile="real", data_root=CORPORA)
     assert cfg.languages == SIB_LANGS
     for lang in ("grn", "npi", "zgh"):  # the three with the most training text
         test, shots, mono = cfg.data.sources(lang)

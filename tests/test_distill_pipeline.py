@@ -79,9 +79,9 @@ def test_config_errors_name_the_bad_key(tmp_path):
     with pytest.raises(ValueError, match="data.logp_dtype"):
         load_config(None, **{"data.logp_dtype": "int8"})
     for name in ("demo", "paper", "cpu"):  # the shipped configs parse
-        cfg = load_config(f"configs/distill/{name}.toml", mode="task", lang="amh")
+        cfg = load_config(f"babelspec/profiles/distill/{name}.toml", mode="task", lang="amh")
         cfg.validate()
-    paper = load_config("configs/distill/paper.toml")
+    paper = load_config("babelspec/profiles/distill/paper.toml")
     assert (paper.train.steps, paper.train.batch_size, paper.train.grad_accum) == (3000, 4, 8)
     assert (paper.train.lr, paper.train.warmup_ratio, paper.data.k) == (5e-5, 0.06, 20)
 

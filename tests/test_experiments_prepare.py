@@ -122,7 +122,7 @@ def test_distilled_ngram_setting_is_prepared_once(tmp_path):
 
 
 def test_the_paper_profile_distils_on_the_runs_real_sets(tmp_path):
-    """configs/paper.toml: six languages on FLORES-200 test sentences; task KD translates the
+    """babelspec/profiles/paper.toml: six languages on FLORES-200 test sentences; task KD translates the
     language's SIB-200 train split, general KD reads its real monolingual sets, the held-out
     prompts are its test sentences; the family-model stand-in is one multilingual drafter."""
     import os
@@ -136,7 +136,7 @@ def test_the_paper_profile_distils_on_the_runs_real_sets(tmp_path):
     corpora = Path(os.environ.get("BABELSPEC_CORPORA") or Path(__file__).resolve().parents[2] / "shared" / "corpora")
     if not corpora.is_dir():
         pytest.skip(f"no real corpora at {corpora}")
-    cfg = load_config("configs/paper.toml", data_root=corpora)
+    cfg = load_config(profile="paper", data_root=corpora)
     assert len(cfg.languages) >= 6 and cfg.prompts_per_cell >= 10 and cfg.baseline
     names = {d.name: d for d in cfg.drafters}
     assert set(names) == {"baseline", "distill-task", "distill-general", "bigram", "bigram-distilled"}

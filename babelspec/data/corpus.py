@@ -1,7 +1,7 @@
 """The bundled corpora: monolingual text and English→language pairs, with fixed splits.
 
-The data live in the repository's ``data/`` folder (built by ``babelspec data build``):
-``data/corpus/<lang>.jsonl.gz`` holds one record per text with its split. Set
+The data live in the package's ``babelspec/bundled/`` folder (built by ``babelspec data build``):
+``corpus/<lang>.jsonl.gz`` holds one record per text with its split. Set
 ``BABELSPEC_DATA_DIR`` to read another copy.
 
 Split policy (decided at build time from a content hash, so it never changes between runs):
@@ -19,6 +19,7 @@ import json
 import os
 import re
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 from babelspec.data.languages import PAPER_LANGUAGES, Language, get_language
@@ -39,11 +40,13 @@ class DataNotFoundError(FileNotFoundError):
 
 
 def data_dir() -> Path:
-    """The dataset folder: ``$BABELSPEC_DATA_DIR`` or ``data/`` at the repository root."""
+    """The bundled dataset's folder: ``$BABELSPEC_DATA_DIR`` (a rebuilt copy), else the one the
+    package carries, ``babelspec/bundled`` (read through ``importlib.resources``: the checkout's
+    folder, or the installed wheel's)."""
     env = os.environ.get("BABELSPEC_DATA_DIR")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "data"
+    return Path(str(resources.files("babelspec") / "bundled"))
 
 
 def _check_split(split: str) -> str:
@@ -57,8 +60,8 @@ def _records(code: str, root: str) -> tuple[dict, ...]:
     path = Path(root) / "corpus" / f"{code}.jsonl.gz"
     if not path.exists():
         raise DataNotFoundError(
-            f"bundled corpus {path} is missing; it ships with the repository (data/), "
-            "or rebuild it with `babelspec data build`, or point BABELSPEC_DATA_DIR at a copy"
+            f"bundled corpus {path} is missing; it ships inside the babelspec package (babelspec/bundled/): "
+            "reinstall babelspec, or rebuild it with `babelspec data build -o DIR` and point BABELSPEC_DATA_DIR at DIR"
         )
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return tuple(json.loads(line) for line in f)
@@ -68,10 +71,12 @@ def records(lang: str | Language, split: str | None = None) -> list[dict]:
     """Raw records (text, en, source, domain, sent, split) of a language, optionally one split."""
     language = get_language(lang)
     if not language.bundled:
+        from babelspec.data.real import corpora_searched
+
         raise DataNotFoundError(
-            f"the bundled dataset holds only the paper's 11 languages, not {language.name} ({language.code}); "
-            f"read its real sets instead: --data-root DIR (the corpora folder, or $BABELSPEC_CORPORA), or a "
-            f"[data] default = \"real\" / [data.{language.code}] table in a run config"
+            f"the bundled dataset holds only the paper's 11 languages, not {language.name} ({language.code}), "
+            f"and no corpora folder holding its real sets (SIB-200) was found; looked at: "
+            f"{', '.join(corpora_searched())}. Unpack SIB-200 into one of them as sib200/, or pass --data-root DIR"
         )
     code = language.code
     recs = _records(code, str(data_dir().resolve()))

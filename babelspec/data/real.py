@@ -5,7 +5,7 @@ corpora folder (the layout of FLORES-200 as published in SIB-200, NTREX-128, OLD
 FLoRes v1, Tatoeba) is at hand: ``test`` holds the translation test sentences, ``shots`` the
 few-shot pairs of their prompts, ``train`` the English-aligned sentences task distillation
 translates, ``monolingual`` the text n-grams are counted on and general distillation reads.
-Never the test split anywhere else. ``configs/real.toml`` and ``configs/paper.toml`` spell the
+Never the test split anywhere else. The ``real`` and ``paper`` profiles spell the
 same table out; ``babelspec distill`` takes it when no source is given.
 
 Every other FLORES-200 language reads the same sets by its codes in the language table:
@@ -23,6 +23,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+import platformdirs
 
 from babelspec.data.languages import get_language
 
@@ -51,16 +53,53 @@ REAL_DATA: dict[str, RealData] = {
 }
 
 
+def user_corpora_dir() -> Path:
+    """The user's own corpora folder: ``corpora`` in babelspec's user data directory (the
+    platform's, beside the model cache's; e.g. ``~/.local/share/babelspec/corpora`` on Linux)."""
+    return Path(platformdirs.user_data_dir("babelspec")) / "corpora"
+
+
+def corpora_searched(explicit: str | os.PathLike | None = None) -> list[str]:
+    """Where ``corpora_root`` looks, in order, for messages that say so."""
+    env = os.environ.get(CORPORA_ENV)
+    return ([f"--data-root {explicit}"] if explicit else []) + [f"${CORPORA_ENV}" + (f" ({env})" if env else " (unset)"),
+                                                                str(user_corpora_dir())]  # fmt: skip
+
+
 def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
-    """The corpora folder: ``explicit`` (``--data-root``), else ``$BABELSPEC_CORPORA``; None when
-    neither is a folder (the user's folder: babelspec assumes none of its own)."""
+    """The corpora folder (the user's: babelspec ships none), the first of: ``explicit``
+    (``--data-root``, which must be a folder), ``$BABELSPEC_CORPORA``, ``user_corpora_dir()``;
+    None where none is a folder. It holds the sets as they unpack: ``sib200/`` (SIB-200,
+    ``data/annotated/LANG/``), ``ntrex/`` (NTREX-128), ``nllb_oldi_seed/`` (OLDI Seed) ... (docs/data.md)."""
     if explicit:
         if not Path(explicit).is_dir():
             raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
                              f"(the one holding sib200/, ntrex/ ...) as --data-root DIR")
         return Path(explicit).resolve()
-    candidate = os.environ.get(CORPORA_ENV)
-    return Path(candidate).resolve() if candidate and Path(candidate).is_dir() else None
+    for candidate in (os.environ.get(CORPORA_ENV), user_corpora_dir()):
+        if candidate and Path(candidate).is_dir():
+            return Path(candidate).resolve()
+    return None
+
+
+def real_training_texts(lang: str, root: str | os.PathLike) -> list[str]:
+    """A language's monolingual real sets under the corpora folder ``root``, each text once and
+    never one of its test sentences: what ``ngram train --corpus LANG`` counts for a language the
+    bundled dataset does not hold."""
+    from babelspec.data.corpus import DataNotFoundError
+    from babelspec.data.sources import parse_source, training_texts
+
+    language = get_language(lang)
+    entry = real_data(language.code, root)
+    if entry is None:
+        raise DataNotFoundError(f"no real sets of {language.name} ({language.code}) under {root}: it needs SIB-200 "
+                                f"unpacked there as sib200/ (docs/data.md)")  # fmt: skip
+    sources = [parse_source(s).resolve(str(root)) for s in entry.monolingual]
+    texts, _ = training_texts(sources, language.code, parse_source(entry.test).resolve(str(root)))
+    if not texts:
+        raise DataNotFoundError(f"{root} holds no text of {language.name} ({language.code}) in its real sets "
+                                f"({', '.join(entry.monolingual)})")  # fmt: skip
+    return texts
 
 
 def generic_real_data(lang: str) -> RealData | None:

@@ -9,7 +9,7 @@ noun is paired with one of its 10 most GloVe-similar adjectives (cosine of the 5
 picked by a seeded generator, so "a wooden bridge" is likelier than "a nuclear kitten".
 
 :func:`make_topics` is a pure function of its inputs (tested on small inputs); :func:`build_topics`
-reads the fetched packages and writes ``data/topics.json``.
+reads the fetched packages and writes ``topics.json`` of the bundled dataset (``corpus.data_dir()``).
 """
 
 from __future__ import annotations

@@ -29,9 +29,9 @@ MODES = ("task", "general")
 EVAL_TASKS = ("translation", "story")
 
 
-# The defaults are the CPU recipe (configs/distill/cpu.toml, which documents them): a 2-core CPU
+# The defaults are the CPU recipe (babelspec/profiles/distill/cpu.toml, which documents them): a 2-core CPU
 # distils a language and mode in minutes and training stops when the dev loss stops improving.
-# configs/distill/paper.toml is the paper's recipe, for a GPU.
+# babelspec/profiles/distill/paper.toml is the paper's recipe, for a GPU.
 @dataclass
 class DataConfig:
     k: int = 20  # teacher top-k kept per response position

@@ -30,7 +30,7 @@ from babelspec.fileio import write_bytes_atomic, write_json_atomic
 
 @dataclass
 class TrainConfig:
-    """Defaults: the CPU recipe (configs/distill/cpu.toml); configs/distill/paper.toml: the paper's."""
+    """Defaults: the CPU recipe (babelspec/profiles/distill/cpu.toml); babelspec/profiles/distill/paper.toml: the paper's."""
 
     steps: int = 2000  # optimizer steps at most (early stopping or the budget usually ends sooner)
     batch_size: int = 4  # examples per micro-batch

@@ -1,6 +1,6 @@
 """The study: config, runner and store, output checks, aggregation, divergence, router.
 
-``config``      the TOML experiment file (profiles in ``configs/``)
+``config``      the TOML experiment file (profiles in ``babelspec/profiles/``)
 ``store``       crash-safe SQLite store, one row per generated example
 ``prepare``     training of the drafters a setting needs (n-gram files, distilled students)
 ``runner``      the grid: languages x tasks x drafters x gamma, plus plain decoding

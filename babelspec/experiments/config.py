@@ -1,8 +1,8 @@
 """Experiment configuration: a TOML file a researcher can edit, read into dataclasses.
 
 A file names the target model, the grid (languages x tasks x drafter settings x gamma), the
-decoding settings, the output checks and the divergence analysis. ``configs/quick.toml`` and
-``configs/full.toml`` are the two profiles; ``load_config`` reads either or a user's file and
+decoding settings, the output checks and the divergence analysis. The package carries profiles
+(``babelspec/profiles``: ``quick``, ``full``, ``paper``, ``real``, ``flores200``); ``load_config`` reads one or a user's file and
 rejects unknown keys, unknown languages or drafters and bad numbers with a message that says
 how to fix them.
 """
@@ -10,6 +10,7 @@ how to fix them.
 from __future__ import annotations
 
 import tomllib
+from importlib import resources
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
 )  # fmt: skip
 # Drafter settings the runner must prepare (train) per language before it can use them.
 PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled")
-PROFILES: tuple[str, ...] = ("quick", "full")
 
 
 class ConfigError(ValueError):
@@ -111,7 +111,9 @@ class DataSection:
     def for_language(self, lang: str) -> LanguageData:
         if lang in self.languages:
             return self.languages[lang]
-        if self.default == "real":
+        from babelspec.data.languages import get_language
+
+        if self.default == "real" or not get_language(lang).bundled:  # beyond the 11: its real sets
             from babelspec.data.real import real_sets
 
             real = real_sets(lang)
@@ -465,21 +467,20 @@ def _known_tasks() -> tuple[str, ...]:
     return KNOWN_TASKS
 
 
+def profiles() -> dict[str, Path]:
+    """The profiles the package carries (``babelspec/profiles/NAME.toml``, read through
+    ``importlib.resources``: the checkout's folder, or the installed wheel's), by name."""
+    folder = Path(str(resources.files("babelspec") / "profiles"))
+    return {path.stem: path for path in sorted(folder.glob("*.toml"))}
+
+
 def profile_path(profile: str) -> Path:
-    """``configs/<profile>.toml`` of the repository (or of the current directory)."""
-    if profile not in PROFILES:
-        raise ConfigError(f"unknown profile {profile!r}; choose one of: {', '.join(PROFILES)}")
-    candidates = [
-        Path(__file__).resolve().parents[2] / "configs" / f"{profile}.toml",
-        Path.cwd() / "configs" / f"{profile}.toml",
-    ]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise ConfigError(
-        f"profile {profile!r}: configs/{profile}.toml not found; run from the repository root "
-        f"or pass --config FILE"
-    )
+    """The file of a shipped profile; a wrong name lists the ones there are."""
+    known = profiles()
+    if profile not in known:
+        raise ConfigError(f"unknown profile {profile!r}; choose one of: {', '.join(known) or '(none installed)'}, "
+                          "or pass your own --config FILE")  # fmt: skip
+    return known[profile]
 
 
 def load_config(path: str | Path | None = None, profile: str | None = None,
@@ -487,7 +488,9 @@ def load_config(path: str | Path | None = None, profile: str | None = None,
     """Read a config file, or a named profile (``quick`` when neither is given).
 
     ``data_root`` (``--data-root``) overrides ``[data] root``; a relative ``[data] root`` is
-    relative to the config file.
+    relative to the config file. A language the bundled dataset does not hold reads its real sets
+    (``DataSection.for_language``) from that root, else from the corpora folder found
+    (``data.real.corpora_root``: ``$BABELSPEC_CORPORA``, then the user's corpora folder).
     """
     if path is not None and profile is not None:
         raise ConfigError("give either a config file or a profile, not both")
@@ -507,6 +510,18 @@ def load_config(path: str | Path | None = None, profile: str | None = None,
         cfg.data.root = str((file.parent / cfg.data.root).resolve())
     if cfg.data.root and not Path(cfg.data.root).is_dir():
         raise ConfigError(f"data root {cfg.data.root!r} is not a folder; pass --data-root DIR")
+    from babelspec.data.languages import get_language
+    from babelspec.data.real import corpora_root, corpora_searched
+
+    beyond = [lang for lang in cfg.languages if lang not in cfg.data.languages and not get_language(lang).bundled]
+    if (beyond or cfg.data.default == "real" or cfg.data.languages) and not cfg.data.root:
+        found = corpora_root()
+        if found is None and beyond:
+            named = ", ".join(beyond[:4]) + (f" and {len(beyond) - 4} more" if len(beyond) > 4 else "")
+            raise ConfigError(f"{file}: {named} {'is' if len(beyond) == 1 else 'are'} not in the bundled "
+                              f"dataset and no corpora folder holding real sets was found (looked at "
+                              f"{', '.join(corpora_searched())}); pass --data-root DIR (the folder holding sib200/)")  # fmt: skip
+        cfg.data.root = str(found) if found is not None else ""
     if cfg.data.default == "real" and not cfg.data.root:
         raise ConfigError(f"{file}: [data] default = \"real\" reads the corpora folder; set [data] root "
                           f"or pass --data-root DIR (the corpora folder)")

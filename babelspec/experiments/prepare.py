@@ -203,7 +203,7 @@ def _prepare_distilled(req: PrepareRequest) -> str:
     if (out / "distilled.json").is_file():
         return f"distilled:{out}"
     options = dict(req.setting.options)
-    config_file = options.pop("config", None)  # a babelspec.distill TOML (configs/distill/)
+    config_file = options.pop("config", None)  # a babelspec.distill TOML (babelspec/profiles/distill/)
     overrides: dict[str, Any] = {}
     for key, value in options.items():
         if isinstance(value, dict):

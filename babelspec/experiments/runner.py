@@ -149,10 +149,10 @@ class RunPlan:
 
 
 # Wall seconds to train one drafter on a 2-core CPU, measured in `babelspec run --config
-# configs/paper.toml` (the report's stage table has the figures): a distillation is its
+# babelspec/profiles/paper.toml` (the report's stage table has the figures): a distillation is its
 # training budget plus the teacher's soft targets and the held-out sets, an n-gram is counted
 # in seconds, a distilled n-gram scores the target over its text (and answers its prompts).
-# Measured on a 2-core Zen 4 (configs/flores200.toml, stage_seconds): counting a bigram on SIB-200 +
+# Measured on a 2-core Zen 4 (babelspec/profiles/flores200.toml, stage_seconds): counting a bigram on SIB-200 +
 # NTREX + OLDI 0.05-2 s, a general distillation of 4,096 positions 9-12 s per language.
 PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 2.0, "ngram_distil_mode": 24.0}
 

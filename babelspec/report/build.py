@@ -483,7 +483,7 @@ def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
                if cfg and kind not in kinds]  # fmt: skip
     if missing:
         caveats.append("Not in this run's config: " + "; ".join(missing)
-                       + ". configs/full.toml has them.")
+                       + ". babelspec/profiles/full.toml has them.")
     blocks.append(Bullets(caveats))
     stages = meta.get("stage_seconds", {})
     if stages:
@@ -605,7 +605,7 @@ def full_profile_estimate(a: dict[str, Any]) -> str:
     )  # fmt: skip
     hours = gens * full.max_new_tokens * mean_s / 3600
     return (f"Runtime: this run decoded for {_f(a['wall_seconds_total'] / 60, 1)} min. The full profile "
-            f"(configs/full.toml: {gens} generations of up to {full.max_new_tokens} tokens) would take "
+            f"(babelspec/profiles/full.toml: {gens} generations of up to {full.max_new_tokens} tokens) would take "
             f"about {hours:.0f} h of decoding at this run's mean {mean_s * 1e3:.0f} ms per token "
             f"(an upper bound where generations stop early; distillation time not included).")
 
