@@ -2,7 +2,12 @@
 
 from babelspec.data.corpus import corpus_stats, monolingual, parallel
 from babelspec.data.languages import (
-    FLORES_LANGUAGES, LANGUAGES, PAPER_LANGUAGES, Language, UnknownLanguageError, get_language,
+    FLORES_LANGUAGES,
+    LANGUAGES,
+    PAPER_LANGUAGES,
+    Language,
+    UnknownLanguageError,
+    get_language,
 )
 from babelspec.data.loaders import DataFormatError, load_corpus
 from babelspec.data.tasks import Prompt, Task, get_task, register_task

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ def _letters(cp: np.ndarray) -> np.ndarray:
     return (ascii_letter | high) & ~ignored
 
 
-@lru_cache(maxsize=None)
+@cache
 def _script_pattern(script: str):
     import regex
 

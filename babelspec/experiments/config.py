@@ -10,8 +10,8 @@ how to fix them.
 from __future__ import annotations
 
 import tomllib
-from importlib import resources
 from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
