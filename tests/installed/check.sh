@@ -26,7 +26,8 @@ export BABELSPEC_CACHE="$WORK/cache"
 
 set -x
 "$B" --version
-"$B" data languages | head -n 5
+"$B" data languages > languages.txt
+set +x; head -n 4 languages.txt; echo "... $(wc -l < languages.txt) lines"; set -x
 "$B" ngram train --corpus npi -o npi.ngram
 "$B" generate --prompt "English: Good morning.
 Nepali:" --drafter ngram:npi.ngram --lang npi --max-new-tokens 24 --json > generated.json
