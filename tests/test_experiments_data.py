@@ -76,9 +76,18 @@ def test_bad_data_tables(tmp_path: Path, table: str, message: str) -> None:
         config(tmp_path, f'languages = ["ber"]\n[data.ber]\n{table}\n')
 
 
-def test_relative_sources_need_a_root(tmp_path: Path) -> None:
+def no_corpora_folder(monkeypatch, tmp_path: Path) -> None:
+    """Neither $BABELSPEC_CORPORA nor a user corpora folder: only --data-root gives a root."""
+    monkeypatch.delenv("BABELSPEC_CORPORA", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "user-data"))
+
+
+def test_relative_sources_need_a_root(tmp_path: Path, root: Path, monkeypatch) -> None:
+    no_corpora_folder(monkeypatch, tmp_path)
     with pytest.raises(ConfigError, match=r"\[data.ber\]: .*no data root was given; pass --data-root"):
         config(tmp_path, REAL)
+    monkeypatch.setenv("BABELSPEC_CORPORA", str(root))  # a corpora folder found is the root
+    assert config(tmp_path, REAL).data.root == str(root.resolve())
     with pytest.raises(ConfigError, match="is not a folder; pass --data-root"):
         config(tmp_path, REAL, tmp_path / "nowhere")
     with pytest.raises(ConfigError, match=r"\[data.xx\]: unknown language 'xx'"):
@@ -145,7 +154,8 @@ def test_report_says_which_text_each_number_came_from(tmp_path: Path, root: Path
     assert provenance_blocks({"data": {}}) == []
 
 
-def test_run_cli_needs_the_data_root(tmp_path: Path) -> None:
+def test_run_cli_needs_the_data_root(tmp_path: Path, monkeypatch) -> None:
+    no_corpora_folder(monkeypatch, tmp_path)
     from typer.testing import CliRunner
 
     from babelspec.cli import app

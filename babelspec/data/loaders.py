@@ -604,12 +604,6 @@ def load_corpus(source: str | Path, *, lang: str | Language | None = None, split
                     f"{rest!r} is neither a file or folder nor a language code; give a path, "
                     f"FORMAT:PATH ({', '.join(FORMATS)}), or a language code"
                 ) from None
-            if not language.bundled and split == "train":  # its real sets, where a corpora folder is
-                from babelspec.data.real import corpora_root, real_training_texts
-
-                root = corpora_root()
-                if root is not None:
-                    return real_training_texts(language.code, root)
             return corpus.monolingual(language, split)
         fmt = detect_format(path)
     path = Path(rest)

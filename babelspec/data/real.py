@@ -70,7 +70,7 @@ def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
     """The corpora folder (the user's: babelspec ships none), the first of: ``explicit``
     (``--data-root``, which must be a folder), ``$BABELSPEC_CORPORA``, ``user_corpora_dir()``;
     None where none is a folder. It holds the sets as they unpack: ``sib200/`` (SIB-200,
-    ``data/annotated/LANG/``), ``ntrex/`` (NTREX-128), ``nllb_oldi_seed/`` (OLDI Seed) ... (docs/data.md)."""
+    ``data/annotated/LANG/``), ``ntrex/`` (NTREX-128), ``nllb_oldi_seed/`` (OLDI Seed) ... (docs/study.md, "Real sentences")."""
     if explicit:
         if not Path(explicit).is_dir():
             raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
@@ -80,26 +80,6 @@ def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
         if candidate and Path(candidate).is_dir():
             return Path(candidate).resolve()
     return None
-
-
-def real_training_texts(lang: str, root: str | os.PathLike) -> list[str]:
-    """A language's monolingual real sets under the corpora folder ``root``, each text once and
-    never one of its test sentences: what ``ngram train --corpus LANG`` counts for a language the
-    bundled dataset does not hold."""
-    from babelspec.data.corpus import DataNotFoundError
-    from babelspec.data.sources import parse_source, training_texts
-
-    language = get_language(lang)
-    entry = real_data(language.code, root)
-    if entry is None:
-        raise DataNotFoundError(f"no real sets of {language.name} ({language.code}) under {root}: it needs SIB-200 "
-                                f"unpacked there as sib200/ (docs/data.md)")  # fmt: skip
-    sources = [parse_source(s).resolve(str(root)) for s in entry.monolingual]
-    texts, _ = training_texts(sources, language.code, parse_source(entry.test).resolve(str(root)))
-    if not texts:
-        raise DataNotFoundError(f"{root} holds no text of {language.name} ({language.code}) in its real sets "
-                                f"({', '.join(entry.monolingual)})")  # fmt: skip
-    return texts
 
 
 def generic_real_data(lang: str) -> RealData | None:

@@ -146,8 +146,27 @@ def training_texts(sources: list[Source], lang: str, test: Source | None) -> tup
     return list(dict.fromkeys(texts)), dropped
 
 
-__all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "training_texts",
-           "without"]
+def real_training_texts(lang: str, root: str | Path) -> list[str]:
+    """A language's monolingual real sets under the corpora folder ``root``, each text once and
+    never one of its test sentences: what ``ngram train --corpus LANG`` counts for a language the
+    bundled dataset does not hold."""
+    from babelspec.data.real import real_data
+
+    language = get_language(lang)
+    entry = real_data(language.code, root)
+    if entry is None:
+        raise corpus.DataNotFoundError(f"no real sets of {language.name} ({language.code}) under {root}: it needs SIB-200 "
+                                f"unpacked there as sib200/ (docs/study.md, \"Real sentences\")")  # fmt: skip
+    sources = [parse_source(s).resolve(str(root)) for s in entry.monolingual]
+    texts, _ = training_texts(sources, language.code, parse_source(entry.test).resolve(str(root)))
+    if not texts:
+        raise corpus.DataNotFoundError(f"{root} holds no text of {language.name} ({language.code}) in its real sets "
+                                f"({', '.join(entry.monolingual)})")  # fmt: skip
+    return texts
+
+
+__all__ = ["PARALLEL_FORMATS", "Source", "monolingual_texts", "parallel_records", "parse_source", "real_training_texts",
+           "training_texts", "without"]
 
 
 def provenance(config: dict) -> dict[str, dict]:

@@ -65,14 +65,33 @@ def tokenize_texts(
     return tokens, doc_lengths, {"texts": n_texts, "characters": n_chars, "tokens": int(tokens.size)}
 
 
+def _language(source: str):
+    from babelspec.data.languages import get_language
+
+    try:
+        return get_language(source)
+    except ValueError:
+        return None
+
+
 def corpus_texts(source: str, split: str = "train") -> tuple[Iterable[str], str]:
     """Texts of a corpus SOURCE and a name for the training metadata.
 
     SOURCE is a language code of the bundled data (its ``split``), ``FORMAT:PATH`` or a path in
-    one of the data layer's formats (plain text, TSV, JSONL, Leipzig, FLORES+, HF datasets).
+    one of the data layer's formats (plain text, TSV, JSONL, Leipzig, FLORES+, HF datasets). A
+    FLORES-200 language beyond the bundled 11 reads its real sets' training text from the corpora
+    folder found (``data.real.corpora_root``; ``data.sources.real_training_texts``).
     """
     from babelspec.data.loaders import load_corpus
 
+    language = None if Path(source).exists() else _language(source)
+    if language is not None and not language.bundled and split == "train":  # its real sets, where found
+        from babelspec.data.real import corpora_root
+        from babelspec.data.sources import real_training_texts
+
+        root = corpora_root()
+        if root is not None:
+            return real_training_texts(language.code, root), f"{language.code}:real:{root.name}"
     texts = load_corpus(source, split=split)
     path = Path(source)
     name = path.name if path.exists() else f"{source}:{split}"
