@@ -35,8 +35,11 @@ def _load_tokenizer(spec: str):
 @ngram_app.command("train")
 def train_command(
     corpus: str = typer.Option(
-        ..., "--corpus", help="Language code of the bundled data (e.g. amh), FORMAT:PATH, or a text file."
+        ..., "--corpus", help="A language code (the bundled data of the 11, e.g. amh; any other FLORES-200 "
+        "language's real training text from the corpora folder), FORMAT:PATH, or a text file."
     ),
+    data_root: str = typer.Option("", "--data-root", help="The corpora folder, for a language beyond the 11 "
+                                  "[default: $BABELSPEC_CORPORA, else the user's corpora folder]"),
     tokenizer: str = typer.Option(
         "gemma-3-270m", "--tokenizer", help="The target's tokenizer: preset, model spec or local folder."
     ),
@@ -55,7 +58,7 @@ def train_command(
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     try:
-        texts, name = corpus_texts(corpus, split)
+        texts, name = corpus_texts(corpus, split, data_root or None)
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--corpus") from None
     try:

@@ -149,7 +149,7 @@ def training_texts(sources: list[Source], lang: str, test: Source | None) -> tup
 def real_training_texts(lang: str, root: str | Path) -> list[str]:
     """A language's monolingual real sets under the corpora folder ``root``, each text once and
     never one of its test sentences: what ``ngram train --corpus LANG`` counts for a language the
-    bundled dataset does not hold."""
+    bundled dataset does not hold. Sets not unpacked under ``root`` are left out."""
     from babelspec.data.real import real_data
 
     language = get_language(lang)
@@ -157,7 +157,9 @@ def real_training_texts(lang: str, root: str | Path) -> list[str]:
     if entry is None:
         raise corpus.DataNotFoundError(f"no real sets of {language.name} ({language.code}) under {root}: it needs SIB-200 "
                                 f"unpacked there as sib200/ (docs/study.md, \"Real sentences\")")  # fmt: skip
-    sources = [parse_source(s).resolve(str(root)) for s in entry.monolingual]
+    # the sets the folder holds (SIB-200 at least; NTREX-128 and OLDI Seed where unpacked)
+    present = [s for s in entry.monolingual if (Path(root) / s.partition(":")[2].partition("@")[0]).is_dir()]
+    sources = [parse_source(s).resolve(str(root)) for s in present]
     texts, _ = training_texts(sources, language.code, parse_source(entry.test).resolve(str(root)))
     if not texts:
         raise corpus.DataNotFoundError(f"{root} holds no text of {language.name} ({language.code}) in its real sets "

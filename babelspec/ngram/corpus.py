@@ -74,13 +74,13 @@ def _language(source: str):
         return None
 
 
-def corpus_texts(source: str, split: str = "train") -> tuple[Iterable[str], str]:
+def corpus_texts(source: str, split: str = "train", data_root: str | None = None) -> tuple[Iterable[str], str]:
     """Texts of a corpus SOURCE and a name for the training metadata.
 
     SOURCE is a language code of the bundled data (its ``split``), ``FORMAT:PATH`` or a path in
     one of the data layer's formats (plain text, TSV, JSONL, Leipzig, FLORES+, HF datasets). A
     FLORES-200 language beyond the bundled 11 reads its real sets' training text from the corpora
-    folder found (``data.real.corpora_root``; ``data.sources.real_training_texts``).
+    folder (``data_root``, else the one ``data.real.corpora_root`` finds).
     """
     from babelspec.data.loaders import load_corpus
 
@@ -89,7 +89,7 @@ def corpus_texts(source: str, split: str = "train") -> tuple[Iterable[str], str]
         from babelspec.data.real import corpora_root
         from babelspec.data.sources import real_training_texts
 
-        root = corpora_root()
+        root = corpora_root(data_root)
         if root is not None:
             return real_training_texts(language.code, root), f"{language.code}:real:{root.name}"
     texts = load_corpus(source, split=split)
