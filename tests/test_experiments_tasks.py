@@ -47,3 +47,5 @@ def test_a_task_spec_builds_the_drafter_of_each_task(tmp_path):
         records = [r for r in store.records() if r.drafter == "per-task"]
     assert {r.task for r in records} == {"translation"}  # the story table does not exist
     assert {r.drafter_spec for r in records} == {f"ngram:{tmp_path}/yor-translation.ngram"}
+    # beside every timing, what else the machine ran: its load and the process's CPU seconds
+    assert all(r.load_average >= 0 and 0 < r.cpu_seconds for r in records)

@@ -618,6 +618,23 @@ def wall_seconds_total(records: list[ExampleRecord]) -> float:
     return float(sum(r.wall_seconds for r in records))
 
 
+OTHER_WORK_LOAD = 0.75  # load average above the run's own threads that means other work ran beside
+
+
+def timing_load(records: list[ExampleRecord]) -> dict[str, Any]:
+    """How many generations were timed while other work ran on the machine: the 1-minute load
+    average at a generation's end, less the run's own threads (its fingerprint's), above
+    ``OTHER_WORK_LOAD``. A paired ratio stays fair under steady load, but load that comes and
+    goes within a cell moves its speedups. Records from stores without the load: not counted."""
+    loads = [(r.load_average - float(r.machine.get("threads") or 0), r) for r in records
+             if math.isfinite(r.load_average)]  # fmt: skip
+    busy = [(other, r) for other, r in loads if other > OTHER_WORK_LOAD]
+    cells = sorted({(r.language, r.task) for _, r in busy})
+    return {"generations": len(records), "recorded": len(loads), "beside_other_work": len(busy),
+            "max_other_load": round(max((other for other, _ in loads), default=math.nan), 2),
+            "cells": [f"{lang} {task}" for lang, task in cells]}  # fmt: skip
+
+
 def paper_table(records: list[ExampleRecord], best: list[SettingStats] | None = None) -> list[dict]:
     """The paper's comparison, one row per task and drafter: each language's γ chosen on the
     choosing prompts (the highest measured speedup), then α, f, f at the measured verification

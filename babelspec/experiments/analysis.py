@@ -98,6 +98,8 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         # What the generations ran on (the workers', under Ray), not the driver's settings.
         "machines": machines_summary([r.machine for r in records]),
         "wall_seconds_total": agg.wall_seconds_total(records),
+        # generations timed while other work ran on the machine (load average beyond the run's threads)
+        "timing_load": agg.timing_load(records),
         "settings": [s.to_dict() for s in stats],
         # γ per language, task and drafter chosen on the choosing prompts, numbers held out
         "best": [s.to_dict() for s in best],

@@ -76,6 +76,11 @@ class ExampleRecord:
     machine: dict[str, Any] = field(default_factory=dict)  # machine.machine_fingerprint()
     started_at: float = 0.0  # unix seconds
     finished_at: float = 0.0
+    # What else the machine ran while this generation was timed (NULL in older stores): the
+    # process's CPU seconds over the generation (all its threads), and the 1-minute load average
+    # at its end, which counts the run's own threads too (``aggregate.timing_load``).
+    cpu_seconds: float = math.nan
+    load_average: float = math.nan
 
     @property
     def decode_seconds(self) -> float:

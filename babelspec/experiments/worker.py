@@ -10,6 +10,8 @@ item into a record; it never touches the store (the driver is the only writer).
 from __future__ import annotations
 
 import gc
+import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,14 +202,17 @@ class UnitRunner:
             if drafter is None:
                 return skip
         sampling = cfg.sampling_config(generation_seed(it.seed, it.prompt_index))
-        t0 = time.time()
+        t0, cpu0 = time.time(), time.process_time()
         result = generate(
             self.target, drafter, prompt.ids, gamma=max(1, it.gamma),
             max_new_tokens=cfg.max_new_tokens, sampling=sampling, stop_strings=prompt.stop_strings,
         )  # fmt: skip
+        cpu = time.process_time() - cpu0
         check = self.checker.check(result.text, it.language)
-        return make_record(it, result, check, prompt, self.specs, self.trained_on, self.versions, t0,
-                           self.machine)  # fmt: skip
+        record = make_record(it, result, check, prompt, self.specs, self.trained_on, self.versions, t0,
+                             self.machine)  # fmt: skip
+        record.cpu_seconds, record.load_average = round(cpu, 4), _load_average()
+        return record
 
     def drop_drafters(self) -> None:
         self.drafters.clear()
@@ -220,6 +225,14 @@ class UnitRunner:
             del self.drafters[k]
         if stale:
             gc.collect()
+
+
+def _load_average() -> float:
+    """The machine's 1-minute load average (NaN where the platform has none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return math.nan
 
 
 def resolved_spec(specs: dict[tuple[str, str], str], it: WorkItem) -> str:

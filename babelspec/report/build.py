@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from babelspec.experiments.aggregate import OTHER_WORK_LOAD
 from babelspec.experiments.paper import PAPER_MEANS, ROLES
 from babelspec.fileio import write_bytes_atomic, write_text_atomic
 from babelspec.machine import describe, describe_machines
@@ -437,6 +438,21 @@ def _figure_blocks(a: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+def _load_caveat(load: dict[str, Any]) -> str:
+    """What else ran while the generations were timed, from their load averages."""
+    if not load.get("recorded"):
+        return "The machine's load beside each generation was not recorded in this run's store."
+    busy, cells = load["beside_other_work"], load.get("cells", [])
+    if not busy:
+        return (f"No other work ran beside the timings: every one of the {load['recorded']} generations ended with "
+                f"the 1-minute load average within {OTHER_WORK_LOAD} of the run's own threads.")  # fmt: skip
+    named = ", ".join(cells[:6]) + (f" and {len(cells) - 6} more" if len(cells) > 6 else "")
+    return (f"Other work ran beside {busy} of {load['recorded']} timed generations (1-minute load average "
+            f"above the run's own threads by more than {OTHER_WORK_LOAD}, at most {load['max_other_load']}), "
+            f"in {len(cells)} language–task cells ({named}): their speedups are less trustworthy; measure them "
+            "again on a quiet machine.")
+
+
 def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
     """Data sizes, caveats, what was not measured, stage times, skips, versions."""
     meta = a.get("meta", {})
@@ -465,6 +481,7 @@ def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
         "α follows the paper's code (matched / (matched + rejections)), pooled over a cell's "
         "generations (one that judged nothing adds nothing); f uses each cell's measured c on "
         "this machine.",
+        _load_caveat(a.get("timing_load") or {}),
         "Not measured: chrF or any quality score (the output distribution is the target's by "
         "construction, so quality does not depend on the drafter); GPU timings; batch sizes above 1; "
         "the paper's Qwen3.5 / Llama models (no weights offline).",
