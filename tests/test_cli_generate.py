@@ -65,14 +65,6 @@ def test_generate_rejects_bad_input_with_a_message(args, message):
     assert "Traceback" not in proc.stderr
 
 
-def test_generate_in_the_w8a8_target_mode_says_so():
-    proc = run("generate", "--precision", "w8a8", "--dtype", "bfloat16", "--greedy", "--max-new-tokens", "6",
-               "--prompt", PROMPT, "--json")  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["execution"]["precision"] == "w8a8" and out["n_tokens"] == 6 and out["text"]
-
-
 def test_generate_with_the_certified_head_gives_the_full_heads_tokens_and_says_so():
     outs = []
     for head in ("full", "certified"):
