@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -48,14 +46,6 @@ def test_a_bad_input_ends_in_one_line_and_exit_2(args, names, tmp_path, monkeypa
     assert res.exit_code == 2, (res.exit_code, res.output, res.exception)
     assert len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0], res.stderr
     assert "Traceback" not in res.output
-
-
-def test_the_installed_command_says_the_same(tmp_path):
-    """The console script, not only the group: a missing corpus is one line, exit 2."""
-    proc = subprocess.run([sys.executable, "-m", "babelspec", "ngram", "train", "--corpus", "nosuch", "-o", "x"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("error: "), proc.stderr
 
 
 def _plan(env: dict[str, str], *root: str) -> dict:

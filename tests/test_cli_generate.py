@@ -66,11 +66,15 @@ def test_generate_rejects_bad_input_with_a_message(args, message):
 
 
 def test_generate_with_the_certified_head_gives_the_full_heads_tokens_and_says_so():
+    from typer.testing import CliRunner
+
+    from babelspec.cli import app
+
     outs = []
-    for head in ("full", "certified"):
-        proc = run("generate", "--head", head, "--dtype", "bfloat16", "--max-new-tokens", "12", "--prompt", PROMPT,
-                   "--json")  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
-        outs.append(json.loads(proc.stdout))
+    for head in ("full", "certified"):  # in this process: the command, without a second interpreter's start
+        res = CliRunner().invoke(app, ["generate", "--head", head, "--dtype", "bfloat16", "--max-new-tokens", "12",
+                                       "--prompt", PROMPT, "--json"])  # fmt: skip
+        assert res.exit_code == 0, res.output
+        outs.append(json.loads(res.stdout.strip().splitlines()[-1]))
     assert outs[0]["token_ids"] == outs[1]["token_ids"] and len(outs[1]["token_ids"]) == 12
     assert outs[1]["execution"]["plan"]["head"] == "certified" and "head" not in outs[0]["execution"]["plan"]

@@ -34,7 +34,7 @@ LANGS = ["yor", "amh"]
 SETTINGS = [("none", 0), ("bigram", 2), ("self1", 2)]
 # Everything about a generation that does not depend on where or when it ran.
 TIMING = {"draft_seconds", "target_seconds", "wall_seconds", "prefill_seconds", "draft_start_seconds",
-          "draft_forward_seconds", "target_forward_seconds", "c", "started_at", "finished_at",
+          "draft_forward_seconds", "target_forward_seconds", "c", "started_at", "finished_at", "cpu_seconds", "load_average",
           "machine", "versions"}  # fmt: skip
 
 
