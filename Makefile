@@ -66,7 +66,7 @@ demo: $(STAMP)
 # linter come first: an upward import, a cycle or a lint error fails the suite. The peers' tests
 # (marked `peers`: they need a peer built from source) are `make test-peers`; .ci/run runs both.
 # Tests run in 2 processes (a module's tests stay in one, sharing its fixtures; the longest modules
-# first, tests/conftest.py): 10.3 minutes on a 2-core Zen 4 whose decode step took 34 ms, with the
+# first, tests/conftest.py): 10.8 minutes on a fresh clone on a 2-core Zen 4 on a slow day, with the
 # bf16 exactness tests on the real model; the tests set 1 torch thread each.
 PYTEST_WORKERS ?= 2
 # The real evaluation sets the suite reads (4-shot FLORES-200 prompts, NTREX-128, OLDI Seed): this
