@@ -90,3 +90,12 @@ def test_w8a8_target_runs(model, tmp_path):
     _run("w8a8_target.py", "--target", model, "--langs", "yor", "--prompts-per-lang", "1", "--max-new-tokens", "4",
          "-o", str(out))
     assert json.loads(out.read_text())["all"]["teacher_forced_agreement"] > 0
+
+
+def test_rejected_step_runs(model, tmp_path):
+    out = tmp_path / "rejected.json"
+    _run("rejected_step.py", "--target", model, "--dtype", "float32", "--seeds", "2", "--max-new-tokens", "4",
+         "-o", str(out))
+    result = json.loads(out.read_text())
+    assert result["seeds"] == 2 and result["plain_ms_per_token"] > 0 and result["step_in_plain_steps_median"] > 0
+    assert 0 <= result["alpha_token"] <= 1

@@ -105,3 +105,27 @@ def test_the_drafters_own_prefill_is_counted_against_it_not_as_the_shared_prefil
                            wall_seconds=result.wall_seconds, prefill_seconds=result.prefill_seconds,
                            draft_start_seconds=result.draft_start_seconds)
     assert record.decode_seconds >= 0.2  # what a speedup divides includes the drafter's start
+
+
+def test_a_step_whose_drafts_are_all_rejected_does_one_forward_and_nothing_more():
+    """What a failed draft costs, counted: on an attention-only target every step of a drafter
+    that is always wrong runs one verification forward (the pending token and the γ drafts) and
+    yields one token, the same count of target forwards as plain decoding, with no replay and no
+    forward beyond the cache it keeps (the cropped drafts). Its time is a bench's
+    (``babelspec bench engine``), not a test's."""
+    from tiny import tiny_qwen3
+
+    gamma, new = 4, 12
+    target = Target(tiny_qwen3(seed=1))
+    assert target.croppable
+    plain = generate(target, NoDrafter(), PROMPT, max_new_tokens=new, sampling=GREEDY)
+    plain_forwards = list(target.forward_tokens)
+    drafter = ScriptedDrafter(plain.token_ids + [0] * 8, vocab_size=64, always_wrong=True)
+    result = generate(target, drafter, PROMPT, gamma=gamma, max_new_tokens=new, sampling=GREEDY)
+    assert result.token_ids == plain.token_ids and result.accepted == 0
+    assert result.steps == len(plain_forwards) == len(target.forward_tokens)  # a forward per token, as plain
+    # each forward: the pending token and that step's drafts (γ, fewer where the budget ends)
+    assert target.forward_tokens == [1 + n for n in result.proposed_per_step]
+    assert result.proposed_per_step[: new - gamma] == [gamma] * (new - gamma)
+    assert result.target_replay_seconds == [] and target._checkpoint is None
+    assert target.cached_len == len(PROMPT) + new - 1  # the rejected drafts cropped, nothing else kept
