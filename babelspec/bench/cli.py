@@ -221,7 +221,7 @@ def bench_peers(
     task: str = typer.Option("translation", help="Prompts: translation, story, prefix (short in-language text) or "
                              "flores (held-out FLORES-200 test sentences from the corpora folder)."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder of --task flores [default: "
-                                  "$BABELSPEC_CORPORA]"),
+                                  "$BABELSPEC_CORPORA, else the user's corpora folder]"),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
     precision: str = typer.Option("", help="babelspec's target mode: w8a8 (int8 weights and activations, "
@@ -336,7 +336,7 @@ def bench_tree(
                                 "target's candidates per token (0: not)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: "
-                                  "$BABELSPEC_CORPORA]"),
+                                  "$BABELSPEC_CORPORA, else the user's corpora folder]"),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:
@@ -369,7 +369,7 @@ def bench_quant(
                                  "'int8:K@' take each prompt's language, 'bigram' is the corpus bigram."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (the paper's settings), or both."),
     data_root: str = typer.Option("", "--data-root", help="The corpora folder [default: "
-                                  "$BABELSPEC_CORPORA]"),
+                                  "$BABELSPEC_CORPORA, else the user's corpora folder]"),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32."),
     output: str | None = typer.Option(None, "-o", "--output", help="Also write the JSON to this file."),
 ) -> None:

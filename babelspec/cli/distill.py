@@ -29,7 +29,7 @@ def distill_command(
     eval_prompts: int = typer.Option(None, "--eval-prompts", help="held-out prompts per task"),
     data_root: str = typer.Option(None, "--data-root", help="The corpora folder: the language's real sets "
                                   "(babelspec.data.real) are read from it wherever no source is given "
-                                  "[default: $BABELSPEC_CORPORA]"),
+                                  "[default: $BABELSPEC_CORPORA, else the user's corpora folder]"),
     bundled: bool = typer.Option(False, "--bundled", help="Read only the bundled dataset, even where a "
                                  "corpora folder holds the language's real sets."),
     train_source: str = typer.Option(None, "--train-source", help="Task mode: real sentences to translate, "

@@ -59,11 +59,16 @@ def user_corpora_dir() -> Path:
     return Path(platformdirs.user_data_dir("babelspec")) / "corpora"
 
 
-def corpora_searched(explicit: str | os.PathLike | None = None) -> list[str]:
-    """Where ``corpora_root`` looks, in order, for messages that say so."""
+def _candidates() -> list[tuple[str, str | None]]:
+    """Where ``corpora_root`` looks without ``--data-root``, in order: (what to call it, its path)."""
     env = os.environ.get(CORPORA_ENV)
-    return ([f"--data-root {explicit}"] if explicit else []) + [f"${CORPORA_ENV}" + (f" ({env})" if env else " (unset)"),
-                                                                str(user_corpora_dir())]  # fmt: skip
+    return [(f"${CORPORA_ENV}" + (f" ({env})" if env else " (unset)"), env),
+            (str(user_corpora_dir()), str(user_corpora_dir()))]  # fmt: skip
+
+
+def corpora_searched() -> list[str]:
+    """Where ``corpora_root`` looks without ``--data-root``, for messages that say so."""
+    return [label for label, _ in _candidates()]
 
 
 def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
@@ -76,7 +81,7 @@ def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
             raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
                              f"(the one holding sib200/, ntrex/ ...) as --data-root DIR")
         return Path(explicit).resolve()
-    for candidate in (os.environ.get(CORPORA_ENV), user_corpora_dir()):
+    for _, candidate in _candidates():
         if candidate and Path(candidate).is_dir():
             return Path(candidate).resolve()
     return None

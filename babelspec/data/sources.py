@@ -158,8 +158,7 @@ def real_training_texts(lang: str, root: str | Path) -> list[str]:
         raise corpus.DataNotFoundError(f"no real sets of {language.name} ({language.code}) under {root}: it needs SIB-200 "
                                 f"unpacked there as sib200/ (docs/study.md, \"Real sentences\")")  # fmt: skip
     # the sets the folder holds (SIB-200 at least; NTREX-128 and OLDI Seed where unpacked)
-    present = [s for s in entry.monolingual if (Path(root) / s.partition(":")[2].partition("@")[0]).is_dir()]
-    sources = [parse_source(s).resolve(str(root)) for s in present]
+    sources = [s for s in (parse_source(m).resolve(str(root)) for m in entry.monolingual) if Path(s.path).is_dir()]
     texts, _ = training_texts(sources, language.code, parse_source(entry.test).resolve(str(root)))
     if not texts:
         raise corpus.DataNotFoundError(f"{root} holds no text of {language.name} ({language.code}) in its real sets "
