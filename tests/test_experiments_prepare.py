@@ -188,3 +188,77 @@ def test_a_multilingual_drafter_is_distilled_once_for_every_language(tmp_path, m
     assert summary.specs[("family", "yor")] == summary.specs[("family", "amh")]
     assert sum("distilling family" in line for line in lines) == 1
     assert "-mix-" in summary.specs[("family", "yor")]
+
+
+def test_a_restricted_head_setting_counts_its_rows_on_the_language_text(tmp_path):
+    """kind = "head" writes the rows a restricted-head drafter keeps (the language's tokens and
+    the English source tokens) as a vocabulary file, and the grid runs the int8 drafter on it.
+    For a bundled language the rows are those ``head:LANG`` computes from the same text."""
+    import numpy as np
+
+    from babelspec.drafters.vocab import language_token_ids
+    from babelspec.models import load_tokenizer
+
+    tiny_model_dir(tmp_path / "model")
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(textwrap.dedent("""
+        name = "head"
+        target = "model"
+        languages = ["yor"]
+        tasks = ["translation"]
+        gammas = [2]
+        prompts_per_cell = 2
+        max_new_tokens = 4
+
+        [divergence]
+        enabled = false
+
+        [[drafters]]
+        name = "int8"
+        kind = "head"
+
+        [[drafters]]
+        name = "int8-1"
+        kind = "head"
+        layers = 1
+    """))
+    out = tmp_path / "run"
+    summary = run_experiment(load_config(cfg_path), out, progress=False, log=lambda m: None)
+    spec, spec1 = summary.specs[("int8", "yor")], summary.specs[("int8-1", "yor")]
+    assert spec.startswith("int8:") and spec.endswith(".npy") and spec1.startswith("int8:1@")
+    rows = np.load(spec.removeprefix("int8:"))
+    assert np.array_equal(rows, language_token_ids("yor", load_tokenizer(str(tmp_path / "model"))))
+    assert summary.generated == 2 * 3 and not summary.skipped
+
+
+def test_a_head_setting_for_a_language_beyond_the_bundled_ones_reads_its_real_text(tmp_path):
+    import numpy as np
+    import pytest
+
+    from babelspec.data.real import corpora_root
+    from babelspec.data.sources import real_training_texts
+    from babelspec.drafters.vocab import corpus_token_ids
+    from babelspec.experiments.config import DrafterSetting
+    from babelspec.experiments.prepare import PrepareRequest, prepare
+    from babelspec.models import load_tokenizer
+
+    root = corpora_root(None)
+    if root is None:
+        pytest.skip("no corpora folder: set BABELSPEC_CORPORA (make test does)")
+    cfg = load_config_text(f'languages = ["hau_Latn"]\n[data]\ndefault = "real"\nroot = "{root}"\n')
+    tokenizer = load_tokenizer("gemma-3-270m")
+    target = type("T", (), {"tokenizer": tokenizer})()
+    req = PrepareRequest(DrafterSetting(name="int8", kind="head"), "hau_Latn", "gemma-3-270m", target,
+                         tmp_path, log=lambda m: None, data=cfg.data)  # fmt: skip
+    spec = prepare(req)
+    rows = np.load(spec.removeprefix("int8:"))
+    hausa = corpus_token_ids(real_training_texts("hau_Latn", root), tokenizer)
+    assert np.isin(hausa, rows).all() and len(rows) > len(hausa)  # its tokens, and English sources'
+
+
+def load_config_text(text: str):
+    import tomllib
+
+    from babelspec.experiments.config import config_from_dict
+
+    return config_from_dict(tomllib.loads(text))

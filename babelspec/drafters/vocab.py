@@ -87,30 +87,74 @@ def _text_digest(texts: Iterable[str]) -> str:
     return digest.hexdigest()[:12]
 
 
+def english_source_texts() -> list[str]:
+    """The English source side of every bundled language's parallel train split."""
+    from babelspec.data.corpus import parallel
+    from babelspec.data.languages import PAPER_LANGUAGES
+
+    return [en for other in PAPER_LANGUAGES for en, _ in parallel(other, "train")]
+
+
+def vocabulary_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase,
+                   source_tokens: int = SOURCE_TOKENS) -> np.ndarray:  # fmt: skip
+    """Sorted ids a restricted head keeps for a language whose text is ``texts``: every token
+    of them, the specials, and the ``source_tokens`` most frequent English source tokens."""
+    if source_tokens < 0:
+        raise ValueError(f"source_tokens must be >= 0 (got {source_tokens})")
+    ids = corpus_token_ids(texts, tokenizer)
+    if source_tokens:
+        ids = np.union1d(ids, frequent_token_ids(english_source_texts(), tokenizer, source_tokens))
+    return ids
+
+
 def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tokens: int = SOURCE_TOKENS) -> np.ndarray:
     """Token ids that occur in the language's monolingual train split, and the ``source_tokens``
     most frequent ones of the English sources of every bundled language's parallel train split
-    (cached)."""
-    from babelspec.data.corpus import monolingual, parallel
-    from babelspec.data.languages import PAPER_LANGUAGES, get_language
+    (cached). A language the bundled dataset does not hold takes a vocabulary file instead
+    (``save_vocabulary``; the experiment runner's ``kind = "head"`` writes one from its real text)."""
+    from babelspec.data.corpus import monolingual
+    from babelspec.data.languages import get_language
 
     code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
     if source_tokens < 0:
         raise ValueError(f"source_tokens must be >= 0 (got {source_tokens})")
     texts = monolingual(code, "train")
     if not texts:
-        raise ValueError(f"the {code} monolingual train split is empty; no vocabulary to restrict to")
-    sources = [en for other in PAPER_LANGUAGES for en, _ in parallel(other, "train")] if source_tokens else []
+        raise ValueError(
+            f"the bundled dataset has no {code} monolingual text to restrict a head to; give a vocabulary "
+            f"file instead (int8:FILE.npy, head:FILE.npy; babelspec.drafters.vocab.save_vocabulary writes "
+            f"one from the language's text)"
+        )
+    sources = english_source_texts() if source_tokens else []
     key = (f"{code}-{_tokenizer_key(tokenizer)}-{_text_digest(texts)}-en{source_tokens}-{_text_digest(sources)}"
            f"-v{VOCAB_FORMAT}")  # fmt: skip
     path = cache_dir() / "vocab" / f"{key}.npy"
     if path.is_file():
         return np.load(path)
-    ids = corpus_token_ids(texts, tokenizer)
-    if source_tokens:
-        ids = np.union1d(ids, frequent_token_ids(sources, tokenizer, source_tokens))
+    ids = vocabulary_ids(texts, tokenizer, source_tokens)
     _save_atomic(path, ids)
     return ids
+
+
+def save_vocabulary(path: str | Path, ids: np.ndarray) -> None:
+    """Write a restricted head's token ids as a ``.npy`` file (``load_vocabulary`` reads it)."""
+    _save_atomic(Path(path), np.asarray(ids, dtype=np.int64))
+
+
+def load_vocabulary(path: str | Path, vocab_size: int) -> np.ndarray:
+    """The token ids of a vocabulary file, checked against a vocabulary of ``vocab_size``."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"no vocabulary file {path} (a .npy of token ids, e.g. from babelspec.drafters.vocab.save_vocabulary)")
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path} is not a .npy array of token ids: {exc}") from exc
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or len(ids) == 0:
+        raise ValueError(f"{path} must hold a non-empty 1-D array of integer token ids (got {ids.dtype} {ids.shape})")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise ValueError(f"{path} holds token ids outside [0, {vocab_size}): is it for another tokenizer?")
+    return np.unique(ids.astype(np.int64))
 
 
 def _save_atomic(path: Path, array: np.ndarray) -> None:

@@ -16,7 +16,9 @@ engine judges tokens by the draft probabilities they were actually drawn from.
   0.58 -> 0.88 and amh 0.74 -> 0.85 with the head back in bf16; yor, ibo, grn unchanged), for a
   head of 2-7k rows that is a small part of the drafter's forward.
 
-``LANG`` may be left out (``head``, ``self:6@``) when the caller passes ``lang=...``.
+``LANG`` may be left out (``head``, ``self:6@``) when the caller passes ``lang=...``, and may be a
+vocabulary file, ``FILE.npy`` of token ids (``drafters.vocab.save_vocabulary``): a language the
+bundled dataset does not hold, whose rows the experiment runner counts on its real text.
 """
 
 from __future__ import annotations
@@ -165,17 +167,20 @@ class VocabHeadDrafter(SelfDrafter):
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str,
                        quantize: str | None = None) -> Drafter:  # fmt: skip
     """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers); ``int8:[K@]LANG``
-    with ``quantize="int8"``."""
-    from babelspec.drafters.vocab import language_token_ids
+    with ``quantize="int8"``. ``LANG`` may be a vocabulary file, ``FILE.npy`` of token ids."""
+    from babelspec.drafters.vocab import language_token_ids, load_vocabulary
 
     if not lang:
         raise ValueError(
             f"drafter {name!r} needs a language for its restricted head: write head:LANG or "
             "self:K@LANG (e.g. head:amh, self:6@npi), or pass lang=..."
         )
-    if target.tokenizer is None:
+    if lang.endswith(".npy"):  # a vocabulary file (the runner's kind = "head" writes one)
+        ids = torch.from_numpy(load_vocabulary(lang, target.vocab_size))
+    elif target.tokenizer is None:
         raise ValueError(f"drafter {name!r} needs a target with a tokenizer to build its vocabulary")
-    ids = torch.from_numpy(language_token_ids(lang, target.tokenizer))
+    else:
+        ids = torch.from_numpy(language_token_ids(lang, target.tokenizer))
     ids = ids[ids < target.vocab_size]
     body = target.model
     if k is not None and k < num_layers(target.model):

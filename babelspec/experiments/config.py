@@ -23,7 +23,7 @@ KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
     "none", "model", "self", "head", "int8", "ngram", "distilled", "auto",
 )  # fmt: skip
 # Drafter settings the runner must prepare (train) per language before it can use them.
-PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled")
+PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled", "head")
 
 
 class ConfigError(ValueError):
@@ -37,12 +37,13 @@ class DrafterSetting:
     Either a fixed ``spec`` (``self:6``, ``model:PATH``; ``{lang}`` and ``{task}`` are
     substituted) or a ``kind`` the runner prepares per language (``ngram`` trains an n-gram
     file on the language's monolingual train split; ``distilled`` runs knowledge
-    distillation) and turns into a spec.
+    distillation; ``head`` writes the rows of a restricted-head self-drafter, ``quantize =
+    "int8"`` and ``layers = K`` choosing which) and turns into a spec.
     """
 
     name: str  # label in the store and the report, e.g. "bigram"
     spec: str = ""  # fixed drafter spec; empty when ``kind`` is set
-    kind: str = ""  # "ngram" | "distilled" (prepared) | "" (fixed spec)
+    kind: str = ""  # "ngram" | "distilled" | "head" (prepared) | "" (fixed spec)
     trained_on: str = ""  # task the drafter was fitted to ("translation"), "general" or ""
     languages: list[str] = field(default_factory=list)  # restrict to these; empty = all
     options: dict[str, Any] = field(default_factory=dict)  # passed to the preparer
@@ -83,6 +84,24 @@ class DivergenceSection:
     drafters: list[str] = field(default_factory=list)  # setting names; empty = every setting
     texts_per_language: int = 4  # held-out (monolingual test) texts per language
     max_tokens_per_text: int = 48  # truncation of each held-out text, in target tokens
+
+
+@dataclass
+class SequentialSection:
+    """``[sequential]``: more prompts for a language and task whose numbers cannot yet decide.
+
+    After the grid's ``prompts_per_cell`` prompts, a cell gets ``step`` more prompts (half of
+    them choose, half measure held out: ``aggregate.held_out_split``), every setting of it with
+    plain decoding, while either no setting's choosing interval lies above 1.0 but one reaches
+    above it (it may pay, and more prompts can tell), or the held-out interval of the setting
+    the cell chose is wider than ``half_width`` on either side; up to ``max_prompts_per_cell``.
+    Each round is decided from the prompts of the rounds before it, so a resumed run takes the
+    same rounds as one that never stopped (``experiments.sequential``)."""
+
+    max_prompts_per_cell: int = 0  # the cap; 0: no rounds beyond prompts_per_cell
+    step: int = 2  # prompts added per round: an even number, as many choose as measure
+    half_width: float = 0.15  # the held-out speedup interval's half-width to reach (x plain)
+    min_speedup: float = 1.0  # the router's bar a choosing interval must clear
 
 
 @dataclass
@@ -161,6 +180,7 @@ class ExperimentConfig:
     sampling: SamplingSection = field(default_factory=SamplingSection)
     checks: ChecksSection = field(default_factory=ChecksSection)
     divergence: DivergenceSection = field(default_factory=DivergenceSection)
+    sequential: SequentialSection = field(default_factory=SequentialSection)
     data: DataSection = field(default_factory=DataSection)
     source: str = ""  # where the config was read from (informational)
 
@@ -182,6 +202,11 @@ class ExperimentConfig:
         }
         return SamplingConfig(**{**base.to_dict(), **overrides})
 
+    @property
+    def max_prompts(self) -> int:
+        """The most prompts a cell can run: ``prompts_per_cell``, or the ``[sequential]`` cap."""
+        return max(self.prompts_per_cell, self.sequential.max_prompts_per_cell)
+
     def settings_for(self, lang: str) -> list[DrafterSetting]:
         return [d for d in self.drafters if not d.languages or lang in d.languages]
 
@@ -189,7 +214,8 @@ class ExperimentConfig:
         return asdict(self)
 
 
-_SECTIONS = {"sampling": SamplingSection, "checks": ChecksSection, "divergence": DivergenceSection}
+_SECTIONS = {"sampling": SamplingSection, "checks": ChecksSection, "divergence": DivergenceSection,
+             "sequential": SequentialSection}
 
 
 def _field_names(cls: type) -> set[str]:
@@ -234,7 +260,7 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
     if bool(spec) == bool(kind):
         raise ConfigError(
             f"{where}: give exactly one of spec = \"self:6\" (a fixed drafter) or "
-            f"kind = \"ngram\"|\"distilled\" (a drafter the runner trains per language)"
+            f"kind = \"ngram\"|\"distilled\"|\"head\" (a drafter the runner trains per language)"
         )
     if kind and kind not in PREPARED_KINDS:
         raise ConfigError(
@@ -269,6 +295,16 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
                 f"(the target's distributions over train text, or over its answers to train prompts); "
                 f"got {options['distil']!r}"
             )
+    if kind == "head":
+        unknown = sorted(set(options) - {"quantize", "layers", "corpus"})
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for kind = \"head\"; "
+                              "allowed: quantize = \"int8\", layers = K, corpus")
+        if options.get("quantize", "int8") not in ("int8", "none"):
+            raise ConfigError(f"{where}: quantize must be \"int8\" or \"none\", got {options['quantize']!r}")
+        layers = options.get("layers")
+        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 1):
+            raise ConfigError(f"{where}: layers must be a whole number of layers >= 1, got {layers!r}")
     default_trained = options.get("mode", "task") if kind == "distilled" else ""
     trained_on = str(raw.get("trained_on", default_trained))
     if trained_on == "task":
@@ -394,6 +430,29 @@ def validate(cfg: ExperimentConfig) -> None:
     need(
         isinstance(cfg.prompts_per_cell, int) and cfg.prompts_per_cell >= 1,
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
+    )
+    seq = cfg.sequential
+    need(
+        isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
+        and (seq.max_prompts_per_cell == 0 or seq.max_prompts_per_cell >= cfg.prompts_per_cell),
+        f"[sequential] max_prompts_per_cell must be 0 (no rounds) or at least prompts_per_cell = "
+        f"{cfg.prompts_per_cell} (got {seq.max_prompts_per_cell!r})",
+    )
+    need(
+        isinstance(seq.step, int) and not isinstance(seq.step, bool) and seq.step >= 2 and seq.step % 2 == 0,
+        f"[sequential] step must be an even integer >= 2, as many choosing as held-out prompts (got {seq.step!r})",
+    )
+    need(
+        isinstance(seq.half_width, (int, float)) and seq.half_width > 0,
+        f"[sequential] half_width must be a positive speedup, e.g. 0.15 (got {seq.half_width!r})",
+    )
+    need(
+        isinstance(seq.min_speedup, (int, float)) and seq.min_speedup > 0,
+        f"[sequential] min_speedup must be positive, e.g. 1.0 (got {seq.min_speedup!r})",
+    )
+    need(
+        seq.max_prompts_per_cell == 0 or cfg.baseline,
+        "[sequential] rounds judge speedups against plain decoding: set baseline = true",
     )
     need(
         cfg.dtype in ("auto", "bfloat16", "float32"),

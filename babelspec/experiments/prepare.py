@@ -1,7 +1,7 @@
 """Preparation of the drafter settings that must be trained per language before a run.
 
-A preparer turns a ``DrafterSetting`` of a prepared kind (``ngram``, ``distilled``) and a
-language into a drafter spec (``ngram:FILE``, ``distilled:DIR``), training into the run's
+A preparer turns a ``DrafterSetting`` of a prepared kind (``ngram``, ``distilled``, ``head``)
+and a language into a drafter spec (``ngram:FILE``, ``distilled:DIR``, ``int8:FILE.npy``), training into the run's
 artifact folder (or the shared cache) through the owning module's API. When that module is
 not available, or has nothing to train on for the language, it raises ``DrafterUnavailable``
 and the runner skips the setting for that language with the reason, which the report shows.
@@ -189,6 +189,26 @@ def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], 
                                     training={"corpus": f"{req.language}:distilled:{'+'.join(modes)}"})  # fmt: skip
     except ValueError as exc:  # nothing to score (no text, no prompts, empty responses)
         raise DrafterUnavailable(f"distilling the n-gram failed: {exc}") from exc
+
+
+@register_preparer("head")
+def _prepare_head(req: PrepareRequest) -> str:
+    """The target drafting for itself under a head restricted to the language's tokens
+    (``drafters.vocabhead``): the rows are counted on the setting's monolingual text, so a
+    language the bundled dataset does not hold gets its head from its real sets. Options:
+    ``quantize`` (``"int8"``, the default, or ``"none"``) and ``layers`` (all when absent)."""
+    vocab = _require("babelspec.drafters.vocab", "the restricted-head drafter")
+    quantize = req.setting.options.get("quantize", "int8")
+    layers = req.setting.options.get("layers")
+    path = req.artifact_path(".npy")
+    if not path.is_file():
+        texts = _monolingual_train(req)
+        req.log(f"counting {req.setting.name}'s rows for {req.language} on {len(texts)} texts")
+        vocab.save_vocabulary(path, vocab.vocabulary_ids(texts, req.target.tokenizer))
+    at = f"{layers}@" if layers else ""
+    if quantize == "int8":
+        return f"int8:{at}{path}"
+    return f"self:{layers}@{path}" if layers else f"head:{path}"
 
 
 @register_preparer("distilled")

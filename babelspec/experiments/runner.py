@@ -94,9 +94,12 @@ def run_experiment(
         try:
             target = _open_run(cfg, store, log)
             specs = prepare_drafters(cfg, store, target, _artifact_root(cfg, out), log, executor)
-            todo = plan_stage(cfg, store, specs, summary, log)
             executor.configure(target, specs)
-            execute_stage(executor, todo, store, summary, progress)
+            missing: set[tuple] = set()  # prompts a task does not have, by work-item key
+            while todo := plan_stage(cfg, store, specs, summary, log, missing):
+                execute_stage(executor, todo, store, summary, progress, missing)
+                if not cfg.sequential.max_prompts_per_cell:
+                    break
             summary.worker_deaths = getattr(executor, "deaths", 0)
             executor.close()
             if cfg.divergence.enabled:
@@ -131,6 +134,7 @@ class RunPlan:
     max_new_tokens: int
     prepare_jobs: int = 0  # drafters still to train (n-grams, distillation)
     prepare_seconds: float = 0.0  # their estimated wall time (estimate_prepare_seconds)
+    sequential_generations: int = 0  # the most the [sequential] rounds can add
 
     @property
     def hours(self) -> float:
@@ -145,7 +149,10 @@ class RunPlan:
                 f"plain decoding at {1 / self.seconds_per_token:.1f} tokens/s per worker -> "
                 f"at most {self.hours:.2f} h (every generation at max_new_tokens = {self.max_new_tokens}); "
                 f"{self.prepare_jobs} drafters to train, about {prep:.2f} h; in all about "
-                f"{self.hours + prep:.2f} h (divergence and analysis not included)")  # fmt: skip
+                f"{self.hours + prep:.2f} h (divergence and analysis not included)"
+                + (f"; the sequential rounds add at most {self.sequential_generations} generations "
+                   f"({self.sequential_generations / max(1, self.generations) * self.hours:.2f} h at that bound)"
+                   if self.sequential_generations else ""))  # fmt: skip
 
 
 # Wall seconds to train one drafter on a 2-core CPU, measured in `babelspec run --config
@@ -153,8 +160,9 @@ class RunPlan:
 # training budget plus the teacher's soft targets and the held-out sets, an n-gram is counted
 # in seconds, a distilled n-gram scores the target over its text (and answers its prompts).
 # Measured on a 2-core Zen 4 (babelspec/profiles/flores200.toml, stage_seconds): counting a bigram on SIB-200 +
-# NTREX + OLDI 0.05-2 s, a general distillation of 4,096 positions 9-12 s per language.
-PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 2.0, "ngram_distil_mode": 24.0}
+# NTREX + OLDI 0.05-2 s, a general distillation of 4,096 positions 9-12 s per language, a restricted
+# head's rows (kind = "head") the same text's tokenisation.
+PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 2.0, "ngram_distil_mode": 24.0, "head": 2.0}
 
 
 def estimate_prepare_seconds(setting: Any) -> float:
@@ -174,7 +182,7 @@ def estimate_prepare_seconds(setting: Any) -> float:
         modes = options["distil"]
         share = float(options.get("distil_tokens", 8192)) / 8192  # the seconds are for 8,192 positions
         return PREPARE_SECONDS["ngram_distil_mode"] * share * (1 if isinstance(modes, str) else len(modes))
-    return PREPARE_SECONDS["ngram"] if setting.kind == "ngram" else 0.0
+    return PREPARE_SECONDS.get(setting.kind, 0.0)
 
 
 def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], None] = print,
@@ -194,6 +202,11 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
         with Store(path) as store:
             done = store.done_keys()
     todo = [it for it in items if it.key not in done]
+    extra = 0
+    if cfg.sequential.max_prompts_per_cell:
+        every = {lang: [d.name for d in cfg.settings_for(lang)] for lang in cfg.languages}
+        cap = {(lang, task): cfg.sequential.max_prompts_per_cell for lang in cfg.languages for task in cfg.tasks}
+        extra = sum(1 for it in plan(cfg, every, cap) if it.key not in done) - len(todo)
     executor.start(cfg, log)
     try:
         if cfg.threads:
@@ -215,7 +228,8 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
             prepared[(setting.name, "mix" if setting.mix else lang)] = estimate_prepare_seconds(setting)
     return RunPlan(units=len(units_of(todo)), generations=len(todo), done_before=len(items) - len(todo),
                    workers=workers, seconds_per_token=spt, max_new_tokens=cfg.max_new_tokens,
-                   prepare_jobs=len(prepared), prepare_seconds=sum(prepared.values()))  # fmt: skip
+                   prepare_jobs=len(prepared), prepare_seconds=sum(prepared.values()),
+                   sequential_generations=extra)  # fmt: skip
 
 
 def _open_run(cfg: ExperimentConfig, store: Store, log: Callable[[str], None]):
@@ -279,22 +293,37 @@ def _started(executor: Executor, cfg: ExperimentConfig, log: Callable[[str], Non
 
 
 def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str], str],
-               summary: RunSummary, log: Callable[[str], None]) -> list[Unit]:  # fmt: skip
-    """Stage 2: the units of the grid, holding only the examples the store lacks."""
+               summary: RunSummary, log: Callable[[str], None], missing: set[tuple] = frozenset()) -> list[Unit]:  # fmt: skip
+    """Stage 2: the units of the grid, holding only the examples the store lacks (nor the
+    prompts in ``missing``, which the task does not have). With ``[sequential]`` rounds, each
+    call plans the next round (``sequential.prompt_counts``) from what the store holds."""
     available = {lang: [d.name for d in cfg.settings_for(lang) if (d.name, lang) in specs]
                  for lang in cfg.languages}  # fmt: skip
-    items = plan(cfg, available)
+    counts = None
+    if cfg.sequential.max_prompts_per_cell:
+        from babelspec.experiments.sequential import cell_settings, prompt_counts
+
+        counts = prompt_counts(cfg, store.records(), cell_settings(cfg, available))
+    items = plan(cfg, available, counts)
     done = store.done_keys()
-    todo = [it for it in items if it.key not in done]
-    summary.planned, summary.done_before = len(items), len(items) - len(todo)
-    log(f"{len(items)} examples planned, {summary.done_before} already in the store")
+    todo = [it for it in items if it.key not in done and it.key not in missing]
+    first = summary.planned == 0
+    if first:
+        summary.planned, summary.done_before = len(items), len(items) - len(todo)
+        log(f"{len(items)} examples planned, {summary.done_before} already in the store")
+    elif todo:
+        summary.planned += len(todo)
+        cells = len({(it.language, it.task) for it in todo})
+        log(f"sequential round: {len(todo)} more examples for {cells} undecided cell(s)")
     return units_of(todo)
 
 
 def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: RunSummary,
-                  progress: bool) -> None:  # fmt: skip
-    """Stage 3: every unit through the executor; this process writes each result it returns."""
-    bar = _progress(summary.planned, summary.done_before, progress)
+                  progress: bool, missing: set[tuple] | None = None) -> None:  # fmt: skip
+    """Stage 3: every unit through the executor; this process writes each result it returns.
+    The keys of prompts the task does not have go into ``missing``."""
+    n = sum(len(u.items) for u in units)
+    bar = _progress(summary.planned, summary.planned - n, progress)
 
     def sink(items: list[WorkItem], results: list[Result]) -> None:
         for it, res in zip(items, results, strict=True):
@@ -302,6 +331,8 @@ def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: 
                 summary.generated += store.add(res)  # its own transaction; False if already there
             elif isinstance(res, Skip):
                 store.add_skip(res.drafter, res.language, res.reason)
+            elif res is None and missing is not None:
+                missing.add(it.key)
             bar.update(1)
             bar.set_postfix_str(f"{it.language}/{it.task}/{it.drafter}/g{it.gamma}", refresh=False)
 

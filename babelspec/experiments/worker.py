@@ -73,14 +73,17 @@ class Skip:
 Result = ExampleRecord | Skip | None  # None: the task has fewer prompts than asked
 
 
-def plan(cfg: ExperimentConfig, available: dict[str, list[str]]) -> list[WorkItem]:
-    """Every example of the grid, grouped by language, task and prompt (interleaved order)."""
+def plan(cfg: ExperimentConfig, available: dict[str, list[str]],
+         counts: dict[tuple[str, str], int] | None = None) -> list[WorkItem]:  # fmt: skip
+    """Every example of the grid, grouped by language, task and prompt (interleaved order);
+    ``counts[(lang, task)]`` prompts per cell (``sequential.prompt_counts``), else ``prompts_per_cell``."""
     items = []
     for lang in cfg.languages:
         settings = [(BASELINE, 0)] if cfg.baseline else []
         settings += [(name, g) for name in available.get(lang, []) for g in cfg.gammas]
         for task in cfg.tasks:
-            for i in range(cfg.prompts_per_cell):
+            n = counts.get((lang, task), cfg.prompts_per_cell) if counts is not None else cfg.prompts_per_cell
+            for i in range(n):
                 for seed in cfg.seeds:
                     shift = (i + seed) % max(1, len(settings))  # rotate so no setting always runs first
                     for name, g in settings[shift:] + settings[:shift]:
@@ -177,7 +180,8 @@ class UnitRunner:
         cfg = self.cfg
         key = (it.language, it.task)
         if key not in self.prompts:
-            self.prompts[key] = task_prompts(it.task, it.language, self.target.tokenizer, cfg.prompts_per_cell,
+            # as many as the sequential rounds may ask for: the first n of them are the same for any n
+            self.prompts[key] = task_prompts(it.task, it.language, self.target.tokenizer, cfg.max_prompts,
                                              cfg.data)  # fmt: skip
         if it.prompt_index >= len(self.prompts[key]):
             return None  # the task has fewer prompts for this language than asked
