@@ -168,3 +168,26 @@ def test_a_run_stores_the_prompts_its_rule_asks_for_also_after_sigkill(sequentia
     with Store(out / "results.sqlite") as store:
         keys = {(r.language, r.prompt_index, r.drafter) for r in store.records()}
     assert keys == {(lang, p, d) for (lang, _), n in stored.items() for p in range(n) for d in ("none", "bigram")}
+
+
+def test_a_cell_whose_wall_time_its_forwards_do_not_explain_is_measured_again():
+    # the fixture's forwards predict 1.38x (alpha, draft and verification forwards); 2.5x is not that
+    v = undecided(cell([2.5] * 6), half_width=0.15)
+    assert v.undecided and v.reason == "timing disagrees"
+    assert not undecided(cell([1.45] * 6), half_width=0.15).undecided
+
+
+def test_timing_checks_name_the_cells_that_disagree_and_the_verification_outliers():
+    from babelspec.experiments.aggregate import setting_stats, timing_checks
+
+    records = []
+    for lang, q in [("amh", 1.4), ("yor", 1.35), ("ibo", 2.6), ("hau", 1.38), ("npi", 0.8)]:
+        records += cell([q] * 4, lang=lang)
+    for r in records:
+        if r.language == "npi" and r.drafter != "none":
+            r.target_forward_seconds = [0.02] * 3  # verification at two plain steps: 0.81x predicted
+    checks = timing_checks(setting_stats(records))
+    assert checks["checked"] == 5
+    assert [d["cell"] for d in checks["disagreeing"]] == ["ibo translation d g4"]
+    assert [d["cell"] for d in checks["verify_outliers"]] == ["npi translation d g4"]
+    assert checks["usual_verify_cost"] == {"4": 1.0}

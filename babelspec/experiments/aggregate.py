@@ -635,6 +635,54 @@ def timing_load(records: list[ExampleRecord]) -> dict[str, Any]:
             "cells": [f"{lang} {task}" for lang, task in cells]}  # fmt: skip
 
 
+# A cell's measured speedup and the speedup its own forwards predict (f_verify: its pooled α,
+# tokens drafted and the median draft and verification forwards against the median plain step)
+# agree within a few percent on a quiet machine (3 languages x 3 drafters of the flores200
+# profile: 0.95-1.06). Further apart, the wall time holds something the forwards do not: other
+# work, a stall, a slow drafter outside its forward. A verification forward far above the run's
+# usual cost for its gamma says the forwards themselves were disturbed.
+TIMING_AGREEMENT = 0.15  # |speedup / f_verify - 1| above this: the cell's timing disagrees
+VERIFY_OUTLIER = 1.25  # a verify cost above this x the run's median for its gamma: an outlier
+
+
+def timing_agreement(s: SettingStats) -> float:
+    """Measured speedup over the speedup the cell's own forwards predict (NaN without both)."""
+    if math.isfinite(s.speedup) and math.isfinite(s.f_verify) and s.f_verify > 0:
+        return s.speedup / s.f_verify
+    return math.nan
+
+
+def timing_checks(stats: list[SettingStats]) -> dict[str, Any]:
+    """The speculative cells whose timing disagrees with their own forwards
+    (``TIMING_AGREEMENT``) and those whose verification forward is an outlier for its gamma
+    (``VERIFY_OUTLIER`` x the median over the run's cells, where it has 5 or more)."""
+    spec = [s for s in stats if s.drafter != BASELINE]
+    checked = [(s, q) for s in spec if math.isfinite(q := timing_agreement(s))]
+    off = [(s, q) for s, q in checked if abs(q - 1) > TIMING_AGREEMENT]
+    by_gamma: dict[int, list[float]] = defaultdict(list)
+    for s in spec:
+        if math.isfinite(s.verify_cost):
+            by_gamma[s.gamma].append(s.verify_cost)
+    usual = {g: median(v) for g, v in by_gamma.items() if len(v) >= 5}
+    outliers = [s for s in spec if s.gamma in usual and math.isfinite(s.verify_cost)
+                and s.verify_cost > VERIFY_OUTLIER * usual[s.gamma]]  # fmt: skip
+
+    def name(s: SettingStats) -> str:
+        return f"{s.language} {s.task} {s.drafter} g{s.gamma}"
+
+    return {"checked": len(checked), "agreement_quantiles": _quantiles([q for _, q in checked]),
+            "disagreeing": [{"cell": name(s), "agreement": round(q, 3)} for s, q in off],
+            "usual_verify_cost": {str(g): round(v, 3) for g, v in sorted(usual.items())},
+            "verify_outliers": [{"cell": name(s), "verify_cost": round(s.verify_cost, 3)} for s in outliers]}
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    q = np.quantile(np.asarray(values), [0.05, 0.5, 0.95])
+    return {"5": round(float(q[0]), 3), "50": round(float(q[1]), 3), "95": round(float(q[2]), 3)}
+
+
 def paper_table(records: list[ExampleRecord], best: list[SettingStats] | None = None) -> list[dict]:
     """The paper's comparison, one row per task and drafter: each language's γ chosen on the
     choosing prompts (the highest measured speedup), then α, f, f at the measured verification

@@ -100,6 +100,8 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         "wall_seconds_total": agg.wall_seconds_total(records),
         # generations timed while other work ran on the machine (load average beyond the run's threads)
         "timing_load": agg.timing_load(records),
+        # cells whose wall-clock speedup disagrees with what their own forwards' timings predict
+        "timing_checks": agg.timing_checks(stats),
         "settings": [s.to_dict() for s in stats],
         # γ per language, task and drafter chosen on the choosing prompts, numbers held out
         "best": [s.to_dict() for s in best],

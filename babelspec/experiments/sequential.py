@@ -19,7 +19,15 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 
-from babelspec.experiments.aggregate import cell_seed, held_out_split, median_interval, paired_ratios
+from babelspec.experiments.aggregate import (
+    TIMING_AGREEMENT,
+    cell_seed,
+    held_out_split,
+    median_interval,
+    paired_ratios,
+    setting_stats,
+    timing_agreement,
+)
 from babelspec.experiments.config import ExperimentConfig
 from babelspec.experiments.store import ExampleRecord
 from babelspec.numeric import median
@@ -33,7 +41,7 @@ class Verdict:
     """Why a cell's prompts so far do or do not decide it."""
 
     undecided: bool
-    reason: str  # "router chose" / "nothing can pay" / "choosing straddles" / "held-out wide"
+    reason: str  # "router chose" / "nothing can pay" / "choosing straddles" / "held-out wide" / "timing disagrees"
     setting: tuple[str, int] | None = None  # the setting the cell would choose (drafter, gamma)
     held_out_half_width: float = math.nan
 
@@ -50,9 +58,11 @@ def undecided(records: list[ExampleRecord], half_width: float, min_speedup: floa
     The cell chooses as the router does: the setting with the highest choosing median among
     those whose choosing interval lies above ``min_speedup``; where none does, the headline's
     (the highest choosing median). It is undecided while (a) no setting clears the bar but one
-    reaches above it, or (b) the chosen setting's held-out 95% interval is more than
+    reaches above it, (b) the chosen setting's held-out 95% interval is more than
     ``half_width`` wide on either side of its median (half its width; NaN, under 2 held-out
-    prompts, counts as wide)."""
+    prompts, counts as wide), or (c) its measured speedup is further than
+    ``aggregate.TIMING_AGREEMENT`` from what its own forwards' timings predict (its wall time
+    holds something else: it is measured again on more prompts)."""
     choose, measure = held_out_split(records)
     fit = {key: _interval(rows, key) for key, rows in paired_ratios(choose).items()}
     if not fit:
@@ -70,7 +80,17 @@ def undecided(records: list[ExampleRecord], half_width: float, min_speedup: floa
         return Verdict(False, "nothing can pay", setting, width)
     if not (width <= half_width):
         return Verdict(True, "held-out wide", setting, width)
+    if abs(_agreement(records, best) - 1) > TIMING_AGREEMENT:  # NaN (nothing to check) passes
+        return Verdict(True, "timing disagrees", setting, width)
     return Verdict(False, "router chose", setting, width)
+
+
+def _agreement(records: list[ExampleRecord], key: tuple) -> float:
+    """The chosen setting's measured speedup over what its forwards predict, on every prompt."""
+    lang, task, drafter, gamma = key
+    rows = [r for r in records if (r.drafter, r.gamma) in ((BASELINE, 0), (drafter, gamma))]
+    stats = [s for s in setting_stats(rows) if (s.drafter, s.gamma) == (drafter, gamma)]
+    return timing_agreement(stats[0]) if stats else math.nan
 
 
 def _complete(records: list[ExampleRecord], n: int, settings: list[tuple[str, int]], seeds: list[int]) -> bool:

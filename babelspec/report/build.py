@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from babelspec.experiments.aggregate import OTHER_WORK_LOAD
+from babelspec.experiments.aggregate import OTHER_WORK_LOAD, TIMING_AGREEMENT, VERIFY_OUTLIER
 from babelspec.experiments.paper import PAPER_MEANS, ROLES
 from babelspec.fileio import write_bytes_atomic, write_text_atomic
 from babelspec.machine import describe, describe_machines
@@ -453,6 +453,28 @@ def _load_caveat(load: dict[str, Any]) -> str:
             "again on a quiet machine.")
 
 
+def _timing_caveat(checks: dict[str, Any]) -> str:
+    """Which cells' wall-clock speedups their own forwards do not explain."""
+    if not checks.get("checked"):
+        return "No cell's speedup could be checked against its forwards' timings (none recorded both)."
+    q = checks.get("agreement_quantiles", {})
+    text = (f"Each cell's measured speedup was checked against the speedup its own forwards predict (its α and "
+            f"median draft and verification forwards against plain decoding's step): over {checks['checked']} cells "
+            f"their ratio has median {q.get('50')} (5–95 %: {q.get('5')}–{q.get('95')}).")  # fmt: skip
+    off, outliers = checks.get("disagreeing", []), checks.get("verify_outliers", [])
+    if off:
+        named = ", ".join(f"{d['cell']} ({d['agreement']})" for d in off[:6]) + (f" and {len(off) - 6} more" if len(off) > 6 else "")
+        text += (f" {len(off)} disagree by more than {round(TIMING_AGREEMENT * 100)} %: {named}; their wall time holds "
+                 "something their forwards do not (other work, a stall), so measure them again.")  # fmt: skip
+    else:
+        text += f" None disagrees by more than {round(TIMING_AGREEMENT * 100)} %."
+    if outliers:
+        named = ", ".join(f"{d['cell']} ({d['verify_cost']})" for d in outliers[:6])
+        text += (f" {len(outliers)} cells' verification forwards cost over {VERIFY_OUTLIER}x the run's usual "
+                 f"for their γ: {named}.")  # fmt: skip
+    return text
+
+
 def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
     """Data sizes, caveats, what was not measured, stage times, skips, versions."""
     meta = a.get("meta", {})
@@ -482,6 +504,7 @@ def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
         "generations (one that judged nothing adds nothing); f uses each cell's measured c on "
         "this machine.",
         _load_caveat(a.get("timing_load") or {}),
+        _timing_caveat(a.get("timing_checks") or {}),
         "Not measured: chrF or any quality score (the output distribution is the target's by "
         "construction, so quality does not depend on the drafter); GPU timings; batch sizes above 1; "
         "the paper's Qwen3.5 / Llama models (no weights offline).",
