@@ -21,3 +21,21 @@ def setup(tmp_path_factory):
 def test_speculative_greedy_equals_plain_greedy_on_a_flores_prompt(setup, lang):
     (_, tokenizer, target), bigrams = setup
     assert_drafters_decode_as_plain(target, prompt_ids(tokenizer, lang, index=1), bigrams[lang])
+
+
+def test_the_adaptive_int8_self_drafter_decodes_as_plain_greedy(setup):
+    """Each step's gamma follows this generation's measured acceptance and costs; the blocks of
+    every length it verifies give plain greedy decoding's tokens."""
+    import torch
+    from exact_real import GREEDY, NEW_TOKENS, plain
+
+    from babelspec.drafters import make_drafter
+    from babelspec.engine import generate
+
+    (_, tokenizer, target), _ = setup
+    prompt = prompt_ids(tokenizer, "ibo", index=2)
+    expected = plain(target, prompt)
+    drafter = make_drafter("adaptive:int8:ibo", target)
+    out = generate(target, drafter, prompt, gamma=6, max_new_tokens=NEW_TOKENS, sampling=GREEDY, eos_token_ids=())
+    assert torch.equal(torch.tensor(out.token_ids), torch.tensor(expected))
+    assert out.accepted > 0 and len(out.proposed_per_step) == len(drafter.gammas)

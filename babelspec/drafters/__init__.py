@@ -1,7 +1,8 @@
 """Drafters, one module each behind one interface (``base.Drafter``), made from a spec string.
 
 Specs: ``none``, ``model:PATH_OR_PRESET``, ``ngram:FILE[,option=value...]``, ``self:K``,
-``head:LANG``, ``self:K@LANG``, ``int8:[K@]LANG``, ``distilled:DIR`` and ``auto[:ROUTER]``.
+``head:LANG``, ``self:K@LANG``, ``int8:[K@]LANG``, ``distilled:DIR``, ``auto[:ROUTER]`` and
+``adaptive:SPEC`` (any of them at the gamma each step's measurements say pays most).
 ``self:K`` drafts with the target's first K layers; ``head:LANG`` with all its layers under an
 output head restricted to LANG's corpus tokens; ``self:K@LANG`` combines the two (``head`` /
 ``self:K@`` take ``lang=...``); ``int8:[K@]LANG`` is either on weight-only int8 copies of the
@@ -76,6 +77,12 @@ def _int8(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     return restricted_drafter(target, k=k, lang=lang, name=name, quantize="int8")
 
 
+def _adaptive(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    from babelspec.drafters.adaptive import adaptive_drafter
+
+    return adaptive_drafter(arg, target, context, make=make_drafter)
+
+
 def _distilled(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     from babelspec.drafters.distilled import distilled_drafter
 
@@ -90,7 +97,7 @@ def _auto(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 
 _FACTORIES: dict[str, DrafterFactory] = {
     "none": _none, "model": _model, "ngram": _ngram, "self": _self, "head": _head,
-    "int8": _int8, "distilled": _distilled, "auto": _auto,
+    "int8": _int8, "distilled": _distilled, "auto": _auto, "adaptive": _adaptive,
 }  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from babelspec.data.languages import PAPER_LANGUAGES
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
 # Drafter spec prefixes the project knows of (registered by their modules as they land).
 KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
-    "none", "model", "self", "head", "int8", "ngram", "distilled", "auto",
+    "none", "model", "self", "head", "int8", "ngram", "distilled", "auto", "adaptive",
 )  # fmt: skip
 # Drafter settings the runner must prepare (train) per language before it can use them.
 PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled", "head")
@@ -295,11 +295,14 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
                 f"(the target's distributions over train text, or over its answers to train prompts); "
                 f"got {options['distil']!r}"
             )
+    if "adaptive" in options and not isinstance(options["adaptive"], bool):
+        raise ConfigError(f"{where}: adaptive must be true or false (each step's gamma from what the "
+                          f"generation measured, drafters.adaptive), got {options['adaptive']!r}")
     if kind == "head":
-        unknown = sorted(set(options) - {"quantize", "layers", "corpus"})
+        unknown = sorted(set(options) - {"quantize", "layers", "corpus", "adaptive"})
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for kind = \"head\"; "
-                              "allowed: quantize = \"int8\", layers = K, corpus")
+                              "allowed: quantize = \"int8\", layers = K, corpus, adaptive")
         if options.get("quantize", "int8") not in ("int8", "none"):
             raise ConfigError(f"{where}: quantize must be \"int8\" or \"none\", got {options['quantize']!r}")
         layers = options.get("layers")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +84,18 @@ def register_preparer(kind: str) -> Callable[[Preparer], Preparer]:
 
 
 def prepare(request: PrepareRequest) -> str:
-    """The drafter spec for ``request``; raises ``DrafterUnavailable`` with the reason."""
+    """The drafter spec for ``request``; raises ``DrafterUnavailable`` with the reason. A
+    setting with ``adaptive = true`` gets its kind's spec as ``adaptive:SPEC``."""
     kind = request.setting.kind
     if kind not in _PREPARERS:
         raise DrafterUnavailable(f"no preparer for kind {kind!r}")
     request.artifacts.mkdir(parents=True, exist_ok=True)
-    return _PREPARERS[kind](request)
+    options = dict(request.setting.options)
+    adaptive = bool(options.pop("adaptive", False))
+    if adaptive:  # the kind's own preparer never sees the option (nor keys its files by it)
+        request = replace(request, setting=replace(request.setting, options=options))
+    spec = _PREPARERS[kind](request)
+    return f"adaptive:{spec}" if adaptive else spec
 
 
 def _require(module: str, what: str) -> Any:
