@@ -1,0 +1,96 @@
+"""A cut of the wide profile, run by ``babelspec run``, beside the last wide run's numbers.
+
+Reads a run's store (``RUN/results.sqlite``) and writes, per language, the held-out speedup of
+the setting chosen on the choosing prompts (with its BCa 95% interval), the router's choice and
+its held-out prediction, the prompts the sequential rounds gave the language, and the same
+language's row of the last wide run (``results/flores200_study.json``). Then the summary the
+issue's goals name (median, languages below 1.0x, intervals wholly below, the router's 5th
+percentile and plain count, interval half-widths) for the run's drafters and for the run with
+each drafter left out (what the budget buys), and the timing checks.
+
+    .venv/bin/python benchmarks/flores200_cut.py runs/cut24 -o benchmarks/results/flores200_cut24.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from babelspec.experiments.aggregate import language_summary, setting_stats, timing_checks, timing_load
+from babelspec.experiments.route_choice import build_router
+from babelspec.experiments.store import Store
+from babelspec.fileio import write_text_atomic
+from babelspec.machine import machine_kind
+
+WIDE = Path(__file__).resolve().parent / "results" / "flores200_study.json"
+
+
+def summary(records, specs, drop=()) -> dict:
+    """The goals' numbers over the languages of ``records``, without the settings in ``drop``."""
+    rs = [r for r in records if r.drafter not in drop]
+    rows = language_summary(rs)
+    router = build_router(rs, {k: v for k, v in specs.items() if k[0] not in drop})
+    routes = {r.language: r for r in router.routes if r.task != "*"}
+    held = [x.speedup for x in rows]
+    routed = [routes[x.language].predicted_speedup for x in rows]
+    widths = [(x.speedup_high - x.speedup_low) / 2 for x in rows]
+    return {"languages": len(rows), "median": round(statistics.median(held), 3),
+            "below_one": sum(v < 1 for v in held), "wholly_below_one": sum(x.speedup_high < 1 for x in rows),
+            "router_median": round(statistics.median(routed), 3),
+            "router_p5": round(float(np.quantile(routed, 0.05)), 3), "router_min": round(min(routed), 3),
+            "router_plain": sum(routes[x.language].drafter == "none" for x in rows),
+            "router_below_097": sum(v < 0.97 for v in routed),
+            "half_width_median": round(statistics.median(widths), 3), "half_width_max": round(max(widths), 3)}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("run", type=Path)
+    ap.add_argument("-o", "--output", type=Path, required=True)
+    args = ap.parse_args()
+    with Store(args.run / "results.sqlite") as store:
+        records, meta = store.records(), store.meta()
+    if not records:
+        sys.exit(f"error: {args.run} holds no generations")
+    specs = {(r.drafter, r.language): r.drafter_spec for r in records if r.drafter != "none"}
+    wide = {r["language"]: r for r in json.loads(WIDE.read_text())["across"]["rows"]}
+    router = build_router(records, specs)
+    routes = {r.language: r for r in router.routes if r.task != "*"}
+    prompts = {}
+    for r in records:
+        prompts[r.language] = max(prompts.get(r.language, 0), r.prompt_index + 1)
+    per_language = {}
+    for x in language_summary(records):
+        w, route = wide.get(x.language), routes[x.language]
+        per_language[x.language] = {
+            "setting": x.drafter, "held_out": round(x.speedup, 3), "low": round(x.speedup_low, 3),
+            "high": round(x.speedup_high, 3), "alpha": round(x.alpha, 3), "held_out_pairs": x.n_pairs,
+            "prompts": prompts[x.language], "router": route.drafter, "router_held_out": round(route.predicted_speedup, 3),
+            "wide_setting": w["drafter"] if w else "", "wide_held_out": round(w["speedup"], 3) if w else None,
+            "wide_low": round(w["speedup_low"], 3) if w else None, "wide_high": round(w["speedup_high"], 3) if w else None,
+            "wide_router": round(w["router_speedup"], 3) if w else None,
+        }  # fmt: skip
+    drafters = sorted({r.drafter for r in records if r.drafter != "none"})
+    config = meta.get("config", {})
+    out = {
+        "benchmark": "flores200_cut", "config": config.get("name", ""), "description": config.get("description", ""),
+        "machine": sorted({machine_kind(r.machine) for r in records}),
+        "generations": len(records), "stage_seconds": {k: round(v, 1) for k, v in meta.get("stage_seconds", {}).items()
+                                                        if not k.startswith("prepare ")},
+        "prepare_seconds": round(sum(v for k, v in meta.get("stage_seconds", {}).items() if k.startswith("prepare ")), 1),
+        "summary": {"all drafters": summary(records, specs),
+                    **{f"without {d}": summary(records, specs, (d,)) for d in drafters}},
+        "timing_checks": timing_checks(setting_stats(records)), "timing_load": timing_load(records),
+        "languages": per_language,
+    }  # fmt: skip
+    write_text_atomic(args.output, json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    print(json.dumps(out["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
