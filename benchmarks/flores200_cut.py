@@ -6,7 +6,8 @@ its held-out prediction, the prompts the sequential rounds gave the language, an
 language's row of the last wide run (``results/flores200_study.json``). Then the summary the
 issue's goals name (median, languages below 1.0x, intervals wholly below, the router's 5th
 percentile and plain count, interval half-widths) for the run's drafters and for the run with
-each drafter left out (what the budget buys), and the timing checks.
+each drafter left out (what the budget buys), the timing checks, and every setting's held-out
+speedup per language (to compare settings side by side).
 
     .venv/bin/python benchmarks/flores200_cut.py runs/cut24 -o benchmarks/results/flores200_cut24.json
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from babelspec.experiments.aggregate import language_summary, setting_stats, timing_checks, timing_load
+from babelspec.experiments.aggregate import held_out_best, language_summary, setting_stats, timing_checks, timing_load
 from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import Store
 from babelspec.fileio import write_text_atomic
@@ -87,6 +88,11 @@ def main() -> None:
                     **{f"without {d}": summary(records, specs, (d,)) for d in drafters}},
         "timing_checks": timing_checks(setting_stats(records)), "timing_load": timing_load(records),
         "languages": per_language,
+        # every setting of every language, its gamma chosen on the choosing prompts, measured held out
+        "settings": {f"{h.language} {h.drafter}": {"gamma": h.gamma, "held_out": round(h.speedup, 3),
+                                                    "low": round(h.speedup_low, 3), "high": round(h.speedup_high, 3),
+                                                    "alpha": round(h.alpha_mean, 3), "pairs": h.n_pairs}
+                     for h in held_out_best(records)},
     }  # fmt: skip
     write_text_atomic(args.output, json.dumps(out, indent=1, ensure_ascii=False) + "\n")
     print(json.dumps(out["summary"], indent=1))

@@ -107,10 +107,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("preset", ["greedy", "paper"])
-def test_ray_store_equals_local_store(cluster, model, tmp_path, preset):
-    """Token-identical records under greedy and under seeded sampling (same dtype, 1 thread)."""
-    cfg = tiny_cfg(model, preset=preset)
+def test_ray_store_equals_local_store(cluster, model, tmp_path):
+    """Token-identical records under seeded sampling (same dtype, 1 thread): every draw of the
+    paper's sampling must come out the same on a worker as here (greedy, a run of argmaxes, is
+    the easier case of the same path)."""
+    cfg = tiny_cfg(model, preset="paper")
     local = run_experiment(cfg, tmp_path / "local", progress=False, log=quiet)
     ex, logs = RayExecutor(cluster, workers=2), []
     remote = run_experiment(cfg, tmp_path / "ray", progress=False, log=logs.append, executor=ex)

@@ -10,6 +10,7 @@ how to fix them.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -434,29 +435,7 @@ def validate(cfg: ExperimentConfig) -> None:
         isinstance(cfg.prompts_per_cell, int) and cfg.prompts_per_cell >= 1,
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
     )
-    seq = cfg.sequential
-    need(
-        isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
-        and (seq.max_prompts_per_cell == 0 or seq.max_prompts_per_cell >= cfg.prompts_per_cell),
-        f"[sequential] max_prompts_per_cell must be 0 (no rounds) or at least prompts_per_cell = "
-        f"{cfg.prompts_per_cell} (got {seq.max_prompts_per_cell!r})",
-    )
-    need(
-        isinstance(seq.step, int) and not isinstance(seq.step, bool) and seq.step >= 2 and seq.step % 2 == 0,
-        f"[sequential] step must be an even integer >= 2, as many choosing as held-out prompts (got {seq.step!r})",
-    )
-    need(
-        isinstance(seq.half_width, (int, float)) and seq.half_width > 0,
-        f"[sequential] half_width must be a positive speedup, e.g. 0.15 (got {seq.half_width!r})",
-    )
-    need(
-        isinstance(seq.min_speedup, (int, float)) and seq.min_speedup > 0,
-        f"[sequential] min_speedup must be positive, e.g. 1.0 (got {seq.min_speedup!r})",
-    )
-    need(
-        seq.max_prompts_per_cell == 0 or cfg.baseline,
-        "[sequential] rounds judge speedups against plain decoding: set baseline = true",
-    )
+    _validate_sequential(cfg, need)
     need(
         cfg.dtype in ("auto", "bfloat16", "float32"),
         f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
@@ -503,6 +482,33 @@ def validate(cfg: ExperimentConfig) -> None:
     )
     need(cfg.checks.loop_ngram >= 1, "[checks] loop_ngram must be >= 1")
     need(0.0 < cfg.checks.loop_threshold <= 1.0, "[checks] loop_threshold must be in (0, 1]")
+
+
+def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None]) -> None:
+    """The ``[sequential]`` section's checks (``validate``'s)."""
+    seq = cfg.sequential
+    need(
+        isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
+        and (seq.max_prompts_per_cell == 0 or seq.max_prompts_per_cell >= cfg.prompts_per_cell),
+        f"[sequential] max_prompts_per_cell must be 0 (no rounds) or at least prompts_per_cell = "
+        f"{cfg.prompts_per_cell} (got {seq.max_prompts_per_cell!r})",
+    )
+    need(
+        isinstance(seq.step, int) and not isinstance(seq.step, bool) and seq.step >= 2 and seq.step % 2 == 0,
+        f"[sequential] step must be an even integer >= 2, as many choosing as held-out prompts (got {seq.step!r})",
+    )
+    need(
+        isinstance(seq.half_width, (int, float)) and seq.half_width > 0,
+        f"[sequential] half_width must be a positive speedup, e.g. 0.15 (got {seq.half_width!r})",
+    )
+    need(
+        isinstance(seq.min_speedup, (int, float)) and seq.min_speedup > 0,
+        f"[sequential] min_speedup must be positive, e.g. 1.0 (got {seq.min_speedup!r})",
+    )
+    need(
+        seq.max_prompts_per_cell == 0 or cfg.baseline,
+        "[sequential] rounds judge speedups against plain decoding: set baseline = true",
+    )
 
 
 def _language(name: object, where: str) -> str:
