@@ -23,18 +23,16 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-from ngram_acceptance import expected_acceptance
+from ngram_acceptance import acceptance_on_responses
 
 from babelspec.data.sources import real_training_texts
 from babelspec.distill.ngram_distill import DistillConfig, distil, task_responses
-from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.experiments.config import config_from_dict
 from babelspec.experiments.worker import task_prompts
 from babelspec.fileio import write_text_atomic
 from babelspec.machine import execution_info
 from babelspec.ngram import CountConfig, train
-from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.sampling import SamplingConfig
 from babelspec.target import load_target
 
 
@@ -46,11 +44,12 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=8, help="held-out SIB-200 test prompts per language")
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--data-root", required=True, help="the corpora folder (SIB-200 unpacked as sib200/)")
+    ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("-o", "--output", type=Path, default=Path("runs/distil_positions.json"))
     args = ap.parse_args()
 
     sampling = SamplingConfig.paper()
-    target = load_target(args.target, dtype="bfloat16")
+    target = load_target(args.target, dtype=args.dtype)
     tok = target.tokenizer
     counts = [int(n) for n in args.positions.split(",")]
     data = config_from_dict({"languages": args.langs.split(","), "data": {"default": "real", "root": args.data_root}}).data
@@ -72,17 +71,7 @@ def main() -> None:
         seconds[f"trigram {counts[-1]}"] = round(time.perf_counter() - t0, 1)
         prompts = task_prompts("translation", lang, tok, args.prompts, data)
         test = task_responses(target, prompts, sampling, args.max_new_tokens)
-        acc: dict[str, list[float]] = {k: [] for k in models}
-        positions = 0
-        for ids, start in test:
-            seq = torch.tensor(ids)
-            with torch.inference_mode():
-                logits = target.model(input_ids=seq[None, :-1], logits_to_keep=len(ids) - start).logits[0].float()
-            q = logits_to_probs(logits, sampling, seq, first_position=start)
-            positions += len(ids) - start
-            for name, model in models.items():
-                drafter = NgramDrafter(model, NgramDraftConfig(), vocab_size=target.vocab_size)
-                acc[name] += expected_acceptance(drafter, ids[:start], ids[start:], q, sampling)[0]
+        acc, positions = acceptance_on_responses(target, models, test, sampling)
         row = {"training_tokens": available, "test_positions": positions,
                "distilled_positions": {k: m.training.get("general_positions") for k, m in models.items() if k != "corpus bigram"},
                "seconds": seconds,

@@ -36,15 +36,15 @@ def summary(records, specs, drop=()) -> dict:
     rs = [r for r in records if r.drafter not in drop]
     rows = language_summary(rs)
     router = build_router(rs, {k: v for k, v in specs.items() if k[0] not in drop})
-    routes = {r.language: r for r in router.routes if r.task != "*"}
+    routes = {(r.language, r.task): r for r in router.routes if r.task != "*"}
     held = [x.speedup for x in rows]
-    routed = [routes[x.language].predicted_speedup for x in rows]
+    routed = [routes[(x.language, x.task)].predicted_speedup for x in rows]
     widths = [(x.speedup_high - x.speedup_low) / 2 for x in rows]
     return {"languages": len(rows), "median": round(statistics.median(held), 3),
             "below_one": sum(v < 1 for v in held), "wholly_below_one": sum(x.speedup_high < 1 for x in rows),
             "router_median": round(statistics.median(routed), 3),
             "router_p5": round(float(np.quantile(routed, 0.05)), 3), "router_min": round(min(routed), 3),
-            "router_plain": sum(routes[x.language].drafter == "none" for x in rows),
+            "router_plain": sum(routes[(x.language, x.task)].drafter == "none" for x in rows),
             "router_below_097": sum(v < 0.97 for v in routed),
             "half_width_median": round(statistics.median(widths), 3), "half_width_max": round(max(widths), 3)}  # fmt: skip
 
@@ -61,14 +61,15 @@ def main() -> None:
     specs = {(r.drafter, r.language): r.drafter_spec for r in records if r.drafter != "none"}
     wide = {r["language"]: r for r in json.loads(WIDE.read_text())["across"]["rows"]}
     router = build_router(records, specs)
-    routes = {r.language: r for r in router.routes if r.task != "*"}
+    routes = {(r.language, r.task): r for r in router.routes if r.task != "*"}
     prompts = {}
     for r in records:
         prompts[r.language] = max(prompts.get(r.language, 0), r.prompt_index + 1)
     per_language = {}
+    tasks = {r.task for r in records}
     for x in language_summary(records):
-        w, route = wide.get(x.language), routes[x.language]
-        per_language[x.language] = {
+        w, route = wide.get(x.language), routes[(x.language, x.task)]
+        per_language[x.language if len(tasks) == 1 else f"{x.language} {x.task}"] = {
             "setting": x.drafter, "held_out": round(x.speedup, 3), "low": round(x.speedup_low, 3),
             "high": round(x.speedup_high, 3), "alpha": round(x.alpha, 3), "held_out_pairs": x.n_pairs,
             "prompts": prompts[x.language], "router": route.drafter, "router_held_out": round(route.predicted_speedup, 3),

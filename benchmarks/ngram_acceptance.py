@@ -70,6 +70,25 @@ def expected_acceptance(drafter: NgramDrafter, prompt: list[int], continuation: 
     return out, skipped
 
 
+def acceptance_on_responses(target, models: dict, responses: list[tuple[list[int], int]],
+                            sampling: SamplingConfig) -> tuple[dict[str, list[float]], int]:  # fmt: skip
+    """Per n-gram model, the acceptance of its first drafted token at every position of the
+    target's own ``responses`` ((prompt + response ids, response start) pairs), scored against
+    the target's exact warped rows; and the number of positions."""
+    acc: dict[str, list[float]] = {k: [] for k in models}
+    positions = 0
+    for ids, start in responses:
+        seq = torch.tensor(ids)
+        with torch.inference_mode():
+            logits = target.model(input_ids=seq[None, :-1], logits_to_keep=len(ids) - start).logits[0].float()
+        q = logits_to_probs(logits, sampling, seq, first_position=start)
+        positions += len(ids) - start
+        for name, model in models.items():
+            drafter = NgramDrafter(model, NgramDraftConfig(), vocab_size=target.vocab_size)
+            acc[name] += expected_acceptance(drafter, ids[:start], ids[start:], q, sampling)[0]
+    return acc, positions
+
+
 def continuations(lang: str, task: str, tok, n: int, max_tokens: int) -> list[tuple[list[int], list[int]]]:
     """(prompt ids, continuation ids) pairs: each prompt followed by real target-language text
     (the reference translation; for stories a paragraph of the monolingual test split)."""

@@ -25,17 +25,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import torch
-from ngram_acceptance import expected_acceptance
+from ngram_acceptance import acceptance_on_responses
 
 from babelspec.data.corpus import monolingual
 from babelspec.data.tasks import get_task
 from babelspec.distill.ngram_distill import DistillConfig, distil, task_responses
-from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
 from babelspec.fileio import write_text_atomic
 from babelspec.machine import execution_info
 from babelspec.ngram import CountConfig, train
-from babelspec.sampling import SamplingConfig, logits_to_probs
+from babelspec.sampling import SamplingConfig
 from babelspec.target import load_target
 
 
@@ -78,17 +76,7 @@ def main() -> None:
             models = {"corpus": corpus, "general": general, "task": task_only, "general+task": both}
             test = task_responses(target, get_task(task).prompts(lang, tok, args.test_prompts, split="test"),
                                   sampling, args.max_new_tokens)
-            acc: dict[str, list[float]] = {k: [] for k in models}
-            positions = 0
-            for ids, start in test:
-                seq = torch.tensor(ids)
-                with torch.inference_mode():
-                    logits = target.model(input_ids=seq[None, :-1], logits_to_keep=len(ids) - start).logits[0].float()
-                q = logits_to_probs(logits, sampling, seq, first_position=start)
-                positions += len(ids) - start
-                for name, model in models.items():
-                    drafter = NgramDrafter(model, NgramDraftConfig(), vocab_size=target.vocab_size)
-                    acc[name] += expected_acceptance(drafter, ids[:start], ids[start:], q, sampling)[0]
+            acc, positions = acceptance_on_responses(target, models, test, sampling)
             cell = {
                 "test_positions": positions,
                 "task_train_positions": task_only.training["task_positions"],

@@ -99,3 +99,30 @@ def test_rejected_step_runs(model, tmp_path):
     result = json.loads(out.read_text())
     assert result["seeds"] == 2 and result["plain_ms_per_token"] > 0 and result["step_in_plain_steps_median"] > 0
     assert 0 <= result["alpha_token"] <= 1
+
+
+def test_distil_positions_runs(model, tmp_path):
+    from babelspec.data.real import corpora_root
+
+    root = corpora_root(None)
+    if root is None:
+        pytest.skip("the real corpora (../shared/corpora or BABELSPEC_CORPORA) are not beside this checkout")
+    out = tmp_path / "positions.json"
+    _run("distil_positions.py", "--target", model, "--langs", "hau_Latn", "--positions", "32,64", "--prompts", "1",
+         "--max-new-tokens", "4", "--dtype", "float32", "--data-root", str(root), "-o", str(out))
+    row = json.loads(out.read_text())["languages"]["hau_Latn"]
+    assert set(row["accepted_per_position"]) == {"corpus bigram", "bigram 32", "bigram 64", "trigram 64"}
+    assert row["distilled_positions"]["bigram 64"] == 64 and row["test_positions"] > 0
+
+
+def test_flores200_cut_summarises_a_store(tmp_path):
+    from experiments_fixtures import small_store
+
+    small_store(tmp_path / "results.sqlite").close()
+    out = tmp_path / "cut.json"
+    _run("flores200_cut.py", str(tmp_path), "-o", str(out))
+    result = json.loads(out.read_text())
+    # amh: "fast" 2x at gamma 3 on every prompt; yor: every setting slower, the router keeps plain
+    rows = result["languages"]  # two tasks: a row per language and task
+    assert rows["amh translation"]["held_out"] == 2.0 and rows["yor story"]["router"] == "none"
+    assert result["summary"]["all drafters"]["router_plain"] == 2 and "without fast" in result["summary"]

@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 from stats import chi_square_pvalue, exact_joint_distribution
-from test_engine_lossless import JOINT_CONFIG, JOINT_P, JOINT_PROMPT, JOINT_SAMPLES, JOINT_TOKENS, JOINT_VOCAB
+from test_engine_lossless import JOINT_CONFIG, JOINT_P, JOINT_PROMPT, JOINT_TOKENS, JOINT_VOCAB, _joint_counts
 from tiny import FixedDrafter, tiny_qwen3
 
 from babelspec.drafters import make_drafter
@@ -42,21 +41,12 @@ def joint_model():
 
 
 def test_four_tokens_at_adaptive_gammas_follow_the_target_joint_law(joint_model):
-    target = Target(joint_model)
     exact = exact_joint_distribution(joint_model, JOINT_PROMPT, JOINT_CONFIG, JOINT_TOKENS)
     # at 0.6 plain steps per drafted token, the estimate picks plain steps and drafted ones by turns
     drafter = AdaptiveDrafter(FixedDrafter(JOINT_P, "dense"), draft_cost=0.6, verify_cost=1.0,
                               warmup=1, probe_every=2)  # fmt: skip
-    counts = torch.zeros(JOINT_VOCAB**JOINT_TOKENS)
     gammas: set[int] = set()
-    for seed in range(JOINT_SAMPLES):
-        cfg = SamplingConfig(**{**JOINT_CONFIG.to_dict(), "seed": seed})
-        result = generate(target, drafter, JOINT_PROMPT, gamma=3, max_new_tokens=JOINT_TOKENS, sampling=cfg)
-        index = 0
-        for t in result.token_ids:
-            index = index * JOINT_VOCAB + t
-        counts[index] += 1
-        gammas.update(drafter.gammas[1:])  # the steps after the first, which the estimate chose
+    counts, _ = _joint_counts(Target(joint_model), drafter, each=lambda r: gammas.update(drafter.gammas[1:]))
     assert 0 in gammas and gammas - {0}  # after the first step: plain steps and drafted ones
     assert chi_square_pvalue(counts, exact) > 1e-3
 

@@ -104,7 +104,9 @@ class MisreportedAtTwo(FixedDrafter):
         return Draft(tokens=draft.tokens, probs=Probs(rows), forwards=draft.forwards)
 
 
-def _joint_counts(target, drafter) -> tuple[torch.Tensor, int]:
+def _joint_counts(target, drafter, each=None) -> tuple[torch.Tensor, int]:
+    """Counts of each 4-token output over JOINT_SAMPLES seeds, and how many generations judged
+    draft position 2 in their first step; ``each(result)`` sees every generation."""
     counts = torch.zeros(JOINT_VOCAB**JOINT_TOKENS)
     deep = 0  # generations whose first step judged draft position 2
     for seed in range(JOINT_SAMPLES):
@@ -115,6 +117,8 @@ def _joint_counts(target, drafter) -> tuple[torch.Tensor, int]:
             index = index * JOINT_VOCAB + t
         counts[index] += 1
         deep += result.accepted_per_step[0] >= 2
+        if each is not None:
+            each(result)
     return counts, deep
 
 
