@@ -22,7 +22,7 @@ import pytest
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray", reason="Ray is an extra: pip install 'babelspec[ray]'")
 
-from experiments_fixtures import record, sigkill_after, stored_count, tiny_model_dir  # noqa: E402
+from experiments_fixtures import sigkill_after, stored_count, tiny_model_dir  # noqa: E402
 
 from babelspec.experiments.cluster import RayExecutor  # noqa: E402
 from babelspec.experiments.config import config_from_dict  # noqa: E402
@@ -130,6 +130,13 @@ def test_ray_store_equals_local_store(cluster, model, tmp_path):
         assert r["machine"]["dtype"] == a[0]["machine"]["dtype"] == "float32"
     # a unit (one prompt, all its settings) runs on one worker: its times are comparable
     assert set(ex.hosts) == {socket.gethostname()}
+    # the dry run on the cluster counts its workers and what the store holds, less one unit
+    with Store(tmp_path / "ray" / STORE_NAME) as store:
+        store.db.execute("DELETE FROM examples WHERE language = 'yor' AND prompt_index = 0")
+        store.db.commit()
+    plan = dry_run(cfg, tmp_path / "ray", log=quiet, executor=RayExecutor(cluster, workers=1))
+    assert (plan.units, plan.generations, plan.done_before, plan.workers) == (1, 3, len(expected_keys(2)) - 3, 1)
+    assert 0 < plan.seconds_per_token < 10 and plan.hours > 0
 
 
 def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, model, tmp_path):
@@ -235,13 +242,3 @@ def test_cli_dry_run_prints_the_plan_and_writes_nothing(model, tmp_path):
     assert "6 units, 18 generations to run (0 already stored) on 1 worker(s)" in result.output
     assert "tokens/s per worker" in result.output and " h " in result.output
     assert not (tmp_path / "run").exists()
-
-
-def test_dry_run_on_the_cluster_counts_its_workers_and_the_stored_units(cluster, model, tmp_path):
-    cfg = tiny_cfg(model)
-    with Store(tmp_path / "run" / STORE_NAME) as store:  # one unit already stored
-        for d, g in SETTINGS:
-            store.add(record("yor", "translation", d, g, 0, wall=1.0))
-    plan = dry_run(cfg, tmp_path / "run", log=quiet, executor=RayExecutor(cluster, workers=1))
-    assert (plan.units, plan.generations, plan.done_before, plan.workers) == (3, 9, 3, 1)
-    assert 0 < plan.seconds_per_token < 10 and plan.hours > 0

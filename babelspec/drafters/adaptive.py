@@ -11,8 +11,9 @@ measured seconds per drafted token, V the measured seconds of the rest of a draf
 verification forward and the bookkeeping) and P those of a plain step (V until one is
 measured). Gamma 0 is plain decoding: the router's switch-off (``drafters.auto``) for every
 drafter and every generation. While drafting does not pay, one step in ``PROBE_EVERY`` drafts
-anyway, so the estimate can recover. A drafter that costs nothing per token (an n-gram's
-lookup) always drafts the gamma asked for: more tokens can only add.
+anyway, so the estimate can recover. A draft that costs nothing drafts the gamma asked for
+(more tokens can only add); one that costs a little, as an n-gram's lookup does, drafts fewer
+where acceptance is low, since the later tokens' a^k then adds less than they cost.
 
 The output distribution is the target's whatever gamma a step drafts: verification judges each
 step's draft as it is.
