@@ -191,3 +191,20 @@ def test_timing_checks_name_the_cells_that_disagree_and_the_verification_outlier
     assert [d["cell"] for d in checks["disagreeing"]] == ["ibo translation d g4"]
     assert [d["cell"] for d in checks["verify_outliers"]] == ["npi translation d g4"]
     assert checks["usual_verify_cost"] == {"4": 1.0}
+
+
+def test_a_setting_that_cannot_be_built_ends_the_rounds_instead_of_retrying_forever(sequential_config, tmp_path):
+    text = sequential_config.read_text().replace('languages = ["yor", "amh"]', 'languages = ["yor"]')
+    text = text.replace('target = "model"', f'target = "{sequential_config.parent / "model"}"')
+    cfg_file = tmp_path / "broken.toml"
+    cfg_file.write_text(text + '\n[[drafters]]\nname = "missing-model"\nspec = "model:does-not-exist"\n')
+    out = tmp_path / "run"
+    code = "from babelspec.cli import app; app()"
+    proc = subprocess.run([sys.executable, "-c", code, "run", "--config", str(cfg_file), "-o", str(out), "--no-progress",
+                           "--no-install-router"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # the broken setting never completes a round, so the cell stays at its first prompts, skip reported
+    assert _stored_counts(out / "results.sqlite") == {("yor", "translation"): 4}
+    with Store(out / "results.sqlite") as store:
+        [(drafter, lang, reason)] = store.skips()
+    assert (drafter, lang) == ("missing-model", "yor") and "cannot build" in reason

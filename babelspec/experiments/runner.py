@@ -321,7 +321,8 @@ def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str],
 def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: RunSummary,
                   progress: bool, missing: set[tuple] | None = None) -> None:  # fmt: skip
     """Stage 3: every unit through the executor; this process writes each result it returns.
-    The keys of prompts the task does not have go into ``missing``."""
+    The keys of items that gave no record (a prompt the task does not have, a drafter that
+    could not be built) go into ``missing``, so a later round does not plan them again."""
     n = sum(len(u.items) for u in units)
     bar = _progress(summary.planned, summary.planned - n, progress)
 
@@ -331,8 +332,8 @@ def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: 
                 summary.generated += store.add(res)  # its own transaction; False if already there
             elif isinstance(res, Skip):
                 store.add_skip(res.drafter, res.language, res.reason)
-            elif res is None and missing is not None:
-                missing.add(it.key)
+            if not isinstance(res, ExampleRecord) and missing is not None:
+                missing.add(it.key)  # a prompt the task lacks, a drafter that cannot be built: not again
             bar.update(1)
             bar.set_postfix_str(f"{it.language}/{it.task}/{it.drafter}/g{it.gamma}", refresh=False)
 
