@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test test-glue-off test-wheel test-peers vllm-env test-vllm install clean
+.PHONY: demo test test-glue-off test-wheel test-cluster test-peers vllm-env test-vllm install clean
 
 install: $(STAMP)
 
@@ -76,7 +76,7 @@ export BABELSPEC_CORPORA ?= $(CORPORA)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers and not vllm"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers and not vllm and not cluster"
 
 # The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0, read by tests/edge.py and the command line): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue; the bf16 grid and
@@ -85,6 +85,11 @@ test-glue-off: $(STAMP)
 	BABELSPEC_NATIVE=0 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 		tests/test_engine_lossless.py tests/test_engine_greedy.py tests/test_engine_tree.py \
 		tests/test_models_equivalence.py tests/test_models_lean.py tests/test_certified.py tests/test_exact_*.py
+
+# The runner on a local Ray cluster: equal stores here and there, a worker and the driver killed
+# mid-run, a worker without the model (about 1 minute). .ci/run runs it.
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m cluster tests/test_experiments_ray.py
 
 # babelspec as a user installs it: the wheel, installed with the pinned torch into a fresh
 # environment outside the checkout, run from an empty folder (tests/installed/check.sh says what).

@@ -107,6 +107,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.cluster
 def test_ray_store_equals_local_store(cluster, model, tmp_path):
     """Token-identical records under seeded sampling (same dtype, 1 thread): every draw of the
     paper's sampling must come out the same on a worker as here (greedy, a run of argmaxes, is
@@ -139,6 +140,7 @@ def test_ray_store_equals_local_store(cluster, model, tmp_path):
     assert 0 < plan.seconds_per_token < 10 and plan.hours > 0
 
 
+@pytest.mark.cluster
 def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, model, tmp_path):
     cfg = tiny_cfg(model, prompts=4, tokens=8)
     out = tmp_path / "run"
@@ -169,6 +171,7 @@ def test_worker_killed_mid_run_loses_and_duplicates_nothing(cluster, model, tmp_
     assert workers_all_gone()  # the replacement worker too
 
 
+@pytest.mark.cluster
 def test_driver_sigkill_then_restart_completes_without_duplicates(cluster, model, tmp_path):
     cfg_file = tmp_path / "tiny.toml"
     cfg_file.write_text(
@@ -219,6 +222,7 @@ def test_ray_not_installed_names_the_extra(model, tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.cluster
 def test_worker_lacking_the_model_is_a_clear_error_and_writes_nothing(cluster, tmp_path):
     cfg = tiny_cfg(str(tmp_path / "nowhere" / "model"))
     with pytest.raises(ExecutorError, match=r"Ray worker on .*cannot load the target.*install the model on every machine"):
