@@ -11,9 +11,10 @@ from test_engine_lossless import JOINT_CONFIG, JOINT_P, JOINT_PROMPT, JOINT_TOKE
 from tiny import FixedDrafter, tiny_qwen3
 
 from babelspec.drafters import make_drafter
-from babelspec.drafters.adaptive import AdaptiveDrafter, best_gamma, expected_tokens
+from babelspec.drafters.adaptive import AdaptiveDrafter, best_gamma
 from babelspec.engine import generate
 from babelspec.sampling import SamplingConfig
+from babelspec.speedup import expected_tokens_per_step as expected_tokens
 from babelspec.target import Target
 
 

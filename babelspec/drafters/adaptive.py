@@ -29,6 +29,7 @@ import torch
 
 from babelspec.drafters.base import Draft, Drafter, DrafterWrapper, Verdict
 from babelspec.sampling import SamplingConfig
+from babelspec.speedup import expected_tokens_per_step
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -40,20 +41,11 @@ PROBE_EVERY = 16  # while plain decoding pays better, one step in this many draf
 SMOOTHING = 0.2  # weight of the newest timing in the running estimates of d, V and P
 
 
-def expected_tokens(alpha: float, gamma: int) -> float:
-    """Tokens a step keeps on average when each drafted token is accepted with ``alpha``."""
-    if gamma <= 0:
-        return 1.0
-    if alpha >= 1.0:
-        return gamma + 1.0
-    return (1.0 - alpha ** (gamma + 1)) / (1.0 - alpha)
-
-
 def best_gamma(alpha: float, max_gamma: int, draft_s: float, step_s: float, plain_s: float) -> int:
     """The gamma in 0..max_gamma with the most expected tokens per second (ties: the larger)."""
     best, rate = 0, 1.0 / plain_s
     for g in range(1, max_gamma + 1):
-        r = expected_tokens(alpha, g) / (step_s + g * draft_s)
+        r = expected_tokens_per_step(alpha, g) / (step_s + g * draft_s)
         if r >= rate:
             best, rate = g, r
     return best
