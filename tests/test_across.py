@@ -34,6 +34,27 @@ def test_summary_of_languages_with_known_answers() -> None:
     family = {g["family"]: g for g in s["by_family"]}
     assert family["A"]["languages"] == 10 and family["A"]["speedup_median"] == pytest.approx(0.8 + 0.05 * 4.5)
     assert s["router"]["plain"] == 4 and s["router"]["p5"] >= 1.0  # the router leaves no language slower
+    assert s["router"]["lowest"] == 1.0 and s["router"]["below_floor"] == 0
+    assert s["wholly_below_one"] == 0  # every interval reaches 2.5
+    assert s["half_width"] == {"languages": 30, "median": pytest.approx(0.9), "widest": pytest.approx(0.9),
+                               "over": 30, "bound": 0.15}
+
+
+def test_languages_measured_below_one_and_interval_widths_are_counted() -> None:
+    """Below 1.0 as a point estimate and below 1.0 with the whole interval are different counts;
+    a router's language under the floor is counted, one on it is not."""
+    rows = _rows(6)  # speedups 0.80 .. 1.05
+    widths = [(0.7, 0.95), (0.8, 1.09), (0.85, 0.99), (0.9, 1.0), (1.0, 1.2), (1.0, 1.1)]
+    for row, (low, high) in zip(rows, widths):
+        row["speedup_low"], row["speedup_high"] = low, high
+    rows[4]["speedup_high"] = math.nan  # no interval: left out of the widths
+    rows[0]["router_drafter"], rows[0]["router_speedup"] = "bigram", 0.96
+    rows[1]["router_speedup"] = 0.97
+    s = summarise(rows)
+    assert s["below_one"] == 4 and s["wholly_below_one"] == 2  # 0.95 and 0.99; 1.0 itself is not below
+    assert s["half_width"]["languages"] == 5 and s["half_width"]["widest"] == pytest.approx(0.145)
+    assert s["half_width"]["median"] == pytest.approx(0.07) and s["half_width"]["over"] == 0
+    assert s["router"]["lowest"] == pytest.approx(0.96) and s["router"]["below_floor"] == 1
 
 
 def test_spearman_interval_covers_a_noisy_relation_and_not_zero_when_strong() -> None:
@@ -67,6 +88,9 @@ def test_the_report_section() -> None:
     md = to_markdown(blocks)
     assert md.startswith("## Across languages") and "5th-percentile language at 1.00x" in md
     assert "leaves 4 of 30 languages at 1.0x" in md and "not available: web_tokens: none" in md
+    assert "4 languages below 1.0x, 0 of them with their whole 95% interval below it" in md
+    assert "median 0.90x, widest 0.90x; 30 of 30 languages wider than ±0.15x" in md
+    assert "lowest 1.00x, 0 below 0.97x" in md
     assert "| l00 | L0 | Latn | A | bigram | 4 | 0.80x [0.70, 2.50]" in md
     assert any(isinstance(b, Figure) for b in blocks)
     assert across_blocks({}) == []  # a run with few languages has no such section

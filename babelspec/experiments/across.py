@@ -158,6 +158,21 @@ def language_rows(analysis: dict[str, Any], train_tokens: dict[str, float], web:
     return rows
 
 
+ROUTER_FLOOR = 0.97  # a routed language below this held out counts as left slower (not noise around 1.0)
+HALF_WIDTH = 0.15  # the per-language interval half-width a wide run is sized for
+
+
+def _half_widths(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each language's held-out 95% interval as a half-width ((high - low) / 2): median, widest and
+    how many are wider than ``HALF_WIDTH``; languages without a finite interval are left out."""
+    halves = [(r["speedup_high"] - r["speedup_low"]) / 2 for r in rows
+              if _finite(r.get("speedup_low", math.nan)) and _finite(r.get("speedup_high", math.nan))]
+    if not halves:
+        return {"languages": 0, "median": math.nan, "widest": math.nan, "over": 0, "bound": HALF_WIDTH}
+    return {"languages": len(halves), "median": float(np.median(halves)), "widest": float(np.max(halves)),
+            "over": int(sum(h > HALF_WIDTH for h in halves)), "bound": HALF_WIDTH}  # fmt: skip
+
+
 def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
     """The section's numbers from the per-language rows. Languages without a finite held-out
     speedup are left out of every number and counted (``no_held_out``); the worst and best lists
@@ -186,12 +201,18 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
         "languages": len(rows), "no_held_out": no_held_out,
         "speedup_quantiles": {str(q): float(np.nanpercentile(speed, q)) for q in (5, 25, 50, 75, 95)} if rows else {},
         "below_one": int(np.sum(speed < 1.0)),
+        # a language measured slower than plain decoding, not only estimated so: its whole interval below 1.0
+        "wholly_below_one": int(sum(_finite(r.get("speedup_high", math.nan)) and r["speedup_high"] < 1.0
+                                    for r in rows)),
+        "half_width": _half_widths(rows),
         "worst": order[:10], "best": order[::-1][:10],
         "by_script": _groups(rows, "script"), "by_family": _groups(rows, "family"),
         "correlations": correlations, "paper_r": PAPER_R,
         "router": {"p5": float(np.nanpercentile(router, 5)) if rows else math.nan,
                    "median": float(np.nanmedian(router)) if rows else math.nan,
                    "plain": int(sum(r["router_drafter"] == "none" for r in rows)),
+                   "lowest": float(np.nanmin(router)) if rows else math.nan,
+                   "below_floor": int(np.sum(router < ROUTER_FLOOR)), "floor": ROUTER_FLOOR,
                    "languages": len(rows)},
     }  # fmt: skip
 

@@ -213,10 +213,18 @@ def across_blocks(a: dict[str, Any]) -> list[Block]:
         f"and measured on its held-out (odd-numbered) ones, as the headline. Held-out speedup over "
         f"languages: median {_f(q.get('50'), suffix='x')}, quartiles {_f(q.get('25'), suffix='x')}–"
         f"{_f(q.get('75'), suffix='x')}, 5th–95th percentile {_f(q.get('5'), suffix='x')}–"
-        f"{_f(q.get('95'), suffix='x')}; {x['below_one']} languages below 1.0x. **The router's service "
-        f"level: its 5th-percentile language at {_f(rt['p5'], suffix='x')} (median "
-        f"{_f(rt['median'], suffix='x')}); it leaves {rt['plain']} of {rt['languages']} languages at "
-        f"1.0x (plain decoding).**", css="callout")]  # fmt: skip
+        f"{_f(q.get('95'), suffix='x')}; {x['below_one']} languages below 1.0x"
+        + (f", {x['wholly_below_one']} of them with their whole 95% interval below it"
+           if "wholly_below_one" in x else "") + "."
+        + (f" Held-out interval half-width (95%, per language): median {_f(hw['median'], suffix='x')}, "
+           f"widest {_f(hw['widest'], suffix='x')}; {hw['over']} of {hw['languages']} languages wider than "
+           f"±{_f(hw['bound'], suffix='x')}." if (hw := x.get("half_width")) and hw.get("languages") else "")
+        + f" **The router's service level: its 5th-percentile language at {_f(rt['p5'], suffix='x')} (median "
+        f"{_f(rt['median'], suffix='x')}"
+        + (f", lowest {_f(rt['lowest'], suffix='x')}, {rt['below_floor']} below {_f(rt['floor'], suffix='x')}"
+           if "below_floor" in rt else "")
+        + f"); it leaves {rt['plain']} of {rt['languages']} languages at 1.0x (plain decoding).**",
+        css="callout")]  # fmt: skip
     png = figs.across_languages(x["rows"])
     if png:
         blocks.append(Figure("fig-across-languages", png,
