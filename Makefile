@@ -76,7 +76,7 @@ export BABELSPEC_CORPORA ?= $(CORPORA)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not peers and not vllm and not cluster"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not peers and not vllm and not cluster"
 
 # The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0, read by tests/edge.py and the command line): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue; the bf16 grid and

@@ -210,20 +210,98 @@ def keep_demo(run: Path) -> None:
     }, indent=1) + "\n")  # fmt: skip
 
 
-def keep_flores200(run: Path) -> None:
-    """A wide run's "Across languages" numbers (no text of any set: codes and numbers only)."""
+# the previous wide run's numbers kept beside a new one's: its headline measures, and the rows of
+# the paper's languages (their short codes in a wide run)
+PAPER_CODES = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
+
+
+def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
+    """A wide run's "Across languages" numbers (no text of any set: codes and numbers only). The
+    results file it replaces, when it was another run's, is kept in it as ``previous``: its
+    summary (recomputed by the current ``summarise``, so both count alike) and its rows of the
+    paper's languages. ``prepare_seconds`` replaces the store's preparation time where the run
+    reused drafter files prepared by an earlier attempt (the time they took then)."""
+    from babelspec.experiments.across import summarise
+
     a = json.loads((run / "analysis.json").read_text())
     if not a.get("across"):
         raise SystemExit(f"{run}: its analysis has no 'across' section (fewer than 20 languages?)")
     meta = a["meta"]
+    started = meta.get("started_at")
+    previous = None
+    if FLORES200.is_file():
+        old = json.loads(FLORES200.read_text())
+        if old.get("started_at") != started or started is None:
+            previous = {k: old[k] for k in ("profile", "version", "generations", "machines", "generation_seconds",
+                                            "stage_seconds") if k in old}  # fmt: skip
+            previous["summary"] = {k: v for k, v in summarise(old["across"]["rows"]).items()
+                                   if k not in ("worst", "best", "by_script", "by_family", "correlations")}
+            previous["paper_rows"] = [r for r in old["across"]["rows"] if r["language"] in PAPER_CODES]
+        else:
+            previous = old.get("previous")
+    stages = meta.get("stage_seconds", {})
+    prepare = sum(v for k, v in stages.items() if k.startswith("prepare"))
     FLORES200.write_text(json.dumps({
         "benchmark": "flores200", "profile": meta.get("config", {}).get("name", ""),
-        "version": meta.get("versions", {}).get("babelspec", ""), "generations": a["n_records"],
-        "machines": a["machines"], "generation_seconds": a["wall_seconds_total"],
-        "stage_seconds": {"prepare": sum(v for k, v in meta.get("stage_seconds", {}).items() if k.startswith("prepare")),
-                          **{k: v for k, v in meta.get("stage_seconds", {}).items() if not k.startswith("prepare")}},
-        "across": a["across"],
+        "version": meta.get("versions", {}).get("babelspec", ""), "started_at": started,
+        "generations": a["n_records"], "machines": a["machines"], "generation_seconds": a["wall_seconds_total"],
+        "stage_seconds": {"prepare": prepare if prepare_seconds is None else prepare_seconds,
+                          **{k: v for k, v in stages.items() if not k.startswith("prepare")}},
+        "timing_load": a.get("timing_load"), "timing_checks": a.get("timing_checks"),
+        "across": a["across"], **({"previous": previous} if previous else {}),
     }, indent=1, ensure_ascii=False) + "\n")  # fmt: skip
+
+
+def _x(value, digits: int = 2) -> str:
+    return "–" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:.{digits}f}×"
+
+
+def _measures(s: dict) -> dict[str, str]:
+    """A wide run's headline measures as table cells (a summary without a measure shows –)."""
+    q, rt, hw = s.get("speedup_quantiles", {}), s.get("router", {}), s.get("half_width", {})
+    return {
+        "languages": str(s.get("languages", "–")),
+        "held-out speedup: median": _x(q.get("50")),
+        "quartiles": f"{_x(q.get('25'))} – {_x(q.get('75'))}",
+        "languages below 1.0× (point estimate)": str(s.get("below_one", "–")),
+        "languages whose 95% interval lies wholly below 1.0×": str(s.get("wholly_below_one", "–")),
+        "interval half-width: median / widest": f"{_x(hw.get('median'))} / {_x(hw.get('widest'))}",
+        "router: 5th-percentile language": _x(rt.get("p5")),
+        "router: median / lowest": f"{_x(rt.get('median'))} / {_x(rt.get('lowest'))}",
+        "router: languages left at plain decoding": str(rt.get("plain", "–")),
+        "router: languages below 0.97×": str(rt.get("below_floor", "–")),
+    }  # fmt: skip
+
+
+def _paper_row(r: dict | None) -> list[str]:
+    if r is None:
+        return ["–", "–", "–", "–"]
+    ci = (f" [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"
+          if all(isinstance(r.get(k), float) and math.isfinite(r[k]) for k in ("speedup_low", "speedup_high")) else "")
+    return [r["drafter"], _x(r["speedup"]) + ci, f"{r['alpha']:.2f}" if isinstance(r.get("alpha"), float) and math.isfinite(r["alpha"]) else "–",
+            f"{r['router_drafter']} {_x(r['router_speedup'])}"]  # fmt: skip
+
+
+def previous_tables(run: dict) -> str:
+    """This wide run beside the previous one: the headline measures, then the paper's languages."""
+    prev = run.get("previous")
+    if not prev:
+        return ""
+    now, before = _measures(run["across"]), _measures(prev["summary"])
+    lines = [f"This run beside the previous wide run (`{prev.get('profile', '')}`, {prev.get('generations')} "
+             f"generations on {'; '.join(m['kind'] for m in prev.get('machines', []))}), both summarised by the "
+             "same code:", "", "| measure | previous wide run | this run |", "|---|---|---|"]  # fmt: skip
+    lines += [f"| {k} | {before[k]} | {now[k]} |" for k in now]
+    mine = {r["language"]: r for r in run["across"]["rows"] if r["language"] in PAPER_CODES}
+    theirs = {r["language"]: r for r in prev.get("paper_rows", [])}
+    lines += ["", "The paper's languages with FLORES-200 text (chr and haw have none), held out: setting, speedup "
+              "[95% interval], α, and the router's choice with its held-out speedup.", "",
+              "| language | previous: setting | speedup | α | router | this run: setting | speedup | α | router |",
+              "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for code in PAPER_CODES:
+        if code in mine or code in theirs:
+            lines.append("| " + " | ".join([code, *_paper_row(theirs.get(code)), *_paper_row(mine.get(code))]) + " |")
+    return "\n".join(lines)
 
 
 def resummarise_flores200() -> None:
@@ -249,10 +327,11 @@ def flores200_tables() -> str:
     machine = "; ".join(m["kind"] for m in run["machines"])
     blocks = [b for b in across_blocks({"across": run["across"]})[1:] if not isinstance(b, Figure)]
     stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
-    return "\n".join([
-        f"`babelspec/profiles/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
-        f"{run['version']}; stages: {stages}.", "", to_markdown(blocks).rstrip(),
-    ])  # fmt: skip
+    parts = [f"`babelspec/profiles/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
+             f"{run['version']}; stages: {stages}.", "", to_markdown(blocks).rstrip()]  # fmt: skip
+    if previous := previous_tables(run):
+        parts += ["", previous]
+    return "\n".join(parts)
 
 
 def _fill(path: Path, begin: str, end: str, body: str) -> None:
@@ -265,13 +344,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", type=Path, help="a run directory whose headline to keep first")
     parser.add_argument("--flores200", type=Path, help="a wide run directory whose 'Across languages' to keep first")
+    parser.add_argument("--prepare-seconds", type=float, help="with --flores200: the preparation time of drafter "
+                        "files the run reused from an earlier attempt (the store counts only the reuse)")
     parser.add_argument("--resummarise-flores200", action="store_true",
                         help="summarise the kept wide run's per-language rows anew with the current code")
     args = parser.parse_args()
     if args.demo:
         keep_demo(args.demo)
     if args.flores200:
-        keep_flores200(args.flores200)
+        keep_flores200(args.flores200, args.prepare_seconds)
     if args.resummarise_flores200:
         resummarise_flores200()
     (ROOT / "docs" / "benchmark-results.md").write_text(benchmark_results())

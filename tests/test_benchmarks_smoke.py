@@ -78,6 +78,45 @@ def test_render_results_writes_every_results_file_and_the_headline(tmp_path):
     assert "Spearman ρ" in study
 
 
+def test_a_new_wide_run_is_kept_beside_the_previous_one(tmp_path):
+    """``--flores200 RUN`` keeps the results file it replaces as ``previous`` (summarised by the
+    current code) and tables both; keeping the same run again keeps the same previous run."""
+    import shutil
+
+    from babelspec.experiments.across import summarise
+
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "benchmarks", copy / "benchmarks", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "docs", copy / "docs")
+    shutil.copy(ROOT / "README.md", copy / "README.md")
+    kept = copy / "benchmarks" / "results" / "flores200_study.json"
+    old = json.loads(kept.read_text())
+    old.pop("previous", None)
+    kept.write_text(json.dumps(old))
+    rows = [{**r, "speedup": r["speedup"] + 0.5} for r in old["across"]["rows"]]  # a faster "new" run
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "analysis.json").write_text(json.dumps({
+        "meta": {"config": {"name": "flores200"}, "versions": {"babelspec": "9.9"}, "started_at": 1.5,
+                 "stage_seconds": {"prepare bigram amh": 2.0, "grid": 60.0}},
+        "n_records": 12, "machines": old["machines"], "wall_seconds_total": 50.0,
+        "across": {**summarise(rows), "rows": rows, "task": "translation", "setting": "bigram", "missing": []}}))
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, str(copy / "benchmarks" / "render_results.py"), "--flores200", str(run),
+                               "--prepare-seconds", "90"], capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        new = json.loads(kept.read_text())
+        assert new["generations"] == 12 and new["stage_seconds"]["prepare"] == 90.0
+        assert new["previous"]["generations"] == old["generations"]  # not the run itself, the second time
+        assert new["previous"]["summary"]["below_one"] == summarise(old["across"]["rows"])["below_one"]
+    assert {r["language"] for r in new["previous"]["paper_rows"]} <= {"amh", "ber", "chr", "grn", "haw", "ibo",
+                                                                      "npi", "oci", "que", "yor", "zgh"}  # fmt: skip
+    study = (copy / "docs" / "study.md").read_text()
+    median = f"{old['across']['speedup_quantiles']['50']:.2f}× | {old['across']['speedup_quantiles']['50'] + 0.5:.2f}×"
+    assert "| held-out speedup: median | " + median + " |" in study
+    assert "| yor | " in study and "prepare 1.5 min" in study
+
+
 def test_w8a8_target_runs(model, tmp_path):
     from babelspec.data.real import corpora_root
     from babelspec.forward.quantize import w8a8_available
