@@ -106,7 +106,7 @@ def test_the_engine_decodes_the_default_model_as_under_the_full_head_greedy_and_
     prompt = tokenizer("English: The children are playing in the garden.\nYoruba:")["input_ids"]
     greedy = SamplingConfig(greedy=True)
     plain = generate(full, make_drafter("none", full), prompt, max_new_tokens=24, sampling=greedy).token_ids
-    for sampling in (greedy, PAPER, SamplingConfig.paper(seed=7)):
+    for sampling in (greedy, PAPER):
         for drafter in ("none", "self:4"):  # a sample is the same sample: the same numbers drawn on the same rows
             runs = [generate(t, make_drafter(drafter, t), prompt, gamma=3, max_new_tokens=24, sampling=sampling)
                     for t in (full, certified)]  # fmt: skip

@@ -87,13 +87,18 @@ def test_data_languages_and_the_real_sets_of_any_language() -> None:
 
     out = CliRunner().invoke(app, ["data", "languages", "--set", "flores200"])
     assert out.exit_code == 0 and "swh_Latn" in out.output and "204 languages" in out.output
-    listed = CliRunner().invoke(app, ["data", "list", "--data-root", str(CORPORA), "--json"])
-    assert listed.exit_code == 0
+    listed = CliRunner().invoke(app, ["data", "list", "--data-root", str(CORPORA), "--json", "--lang", "swh_Latn",
+                                      "--lang", "N'Ko"])  # fmt: skip
+    assert listed.exit_code == 0, listed.output
     import json
 
-    sets = {(r["lang"], r["layout"], r["split"]): r["sentences"] for r in json.loads(listed.output)["sets"]}
+    catalogue = json.loads(listed.output)
+    sets = {(r["lang"], r["layout"], r["split"]): r["sentences"] for r in catalogue["sets"]}
     assert sets[("swh_Latn", "sib200", "test")] == 204 and sets[("swh_Latn", "ntrex", "all")] == 1997
     assert sets[("nqo_Nkoo", "oldi-seed", "all")] == 6193
+    assert {lang for lang, _, _ in sets} == {"swh_Latn", "nqo_Nkoo"} and catalogue["languages_without_a_set"] == []
+    wrong = CliRunner().invoke(app, ["data", "list", "--data-root", str(CORPORA), "--lang", "swahilli"])
+    assert wrong.exit_code == 2 and "unknown language 'swahilli'" in wrong.output and "swh_Latn" in wrong.output
     # script checks and the language classifier know a language the bundled data lacks
     assert script_score("ߒߞߏ ߞߊ߲", "nqo_Nkoo") == 1.0 and script_score("hello", "nqo_Nkoo") == 0.0
     checker = OutputChecker.from_corpora(["swh_Latn", "ace_Arab"], root=CORPORA, use_langid=False)

@@ -45,17 +45,23 @@ def list_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
     data_root: Path | None = typer.Option(None, "--data-root",
                                              help="List the real sets in their published layouts under this folder instead of the bundled data."),
+    langs: list[str] | None = typer.Option(None, "--lang", help="Only this language (a FLORES-200 code, one of the "
+                                           "paper's codes or an English name); repeat for more. Default: all."),
 ) -> None:
     """Per language and source: texts, words (and tokens), domain; train/test sizes."""
     from babelspec.data.corpus import count_words, records
-    from babelspec.data.languages import LANGUAGES, PAPER_LANGUAGES
+    from babelspec.data.languages import LANGUAGES, PAPER_LANGUAGES, UnknownLanguageError, get_language
 
     tok = _tokenizer(tokenizer) if tokenizer else None
+    try:
+        wanted = [get_language(code).code for code in langs] if langs else None
+    except UnknownLanguageError as err:
+        raise typer.BadParameter(str(err), param_hint="--lang") from None
     if data_root is not None:
-        _list_real(data_root, tok, as_json)
+        _list_real(data_root, tok, as_json, wanted)
         return
     rows = []
-    for code, lang in ((c, LANGUAGES[c]) for c in PAPER_LANGUAGES):
+    for code, lang in ((c, LANGUAGES[c]) for c in PAPER_LANGUAGES if wanted is None or c in wanted):
         recs = records(code)
         by_source: dict[str, list[dict]] = {}
         for r in recs:
@@ -95,14 +101,14 @@ def list_cmd(
                    f"{row['pairs']:>7} {row['train']:>7} {row['test']:>5}  {row['domain']}")
 
 
-def _list_real(root: Path, tok, as_json: bool) -> None:
+def _list_real(root: Path, tok, as_json: bool, wanted: list[str] | None = None) -> None:
     from babelspec.data.languages import LANGUAGES
     from babelspec.data.loaders import DataFormatError, layout_catalogue
 
     if not root.is_dir():
         raise typer.BadParameter(f"{root} is not a folder", param_hint="--data-root")
     try:
-        rows = layout_catalogue(root)
+        rows = layout_catalogue(root, wanted)
     except DataFormatError as err:
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(1) from None
@@ -111,7 +117,7 @@ def _list_real(root: Path, tok, as_json: bool) -> None:
 
         for row in rows:
             row["tokens"] = _count_tokens(tok, load_layout(row["layout"], root, row["lang"], row["split"]))
-    missing = [c for c in LANGUAGES if not any(r["lang"] == c for r in rows)]
+    missing = [c for c in (wanted or LANGUAGES) if not any(r["lang"] == c for r in rows)]
     if as_json:
         typer.echo(json.dumps({"root": str(root), "sets": rows, "languages_without_a_set": missing},
                               ensure_ascii=False))
@@ -122,7 +128,7 @@ def _list_real(root: Path, tok, as_json: bool) -> None:
     tok_col = "tokens" if tok is not None else ""
     typer.echo(f"{'lang':9} {'source':14} {'code':9} {'split':8} {'sentences':>9} {'words':>8} "
                f"{tok_col:>8} {'en words':>8}  domain")
-    for code in LANGUAGES:
+    for code in wanted or LANGUAGES:
         mine = [r for r in rows if r["lang"] == code]
         for r in mine:
             typer.echo(f"{code:9} {r['layout']:14} {r['code']:9} {r['split']:8} {r['sentences']:>9,} "

@@ -25,7 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from functools import cache
 from pathlib import Path
 
@@ -497,8 +497,9 @@ def layout_languages(layout: str, root: str | Path) -> list[str]:
     return out
 
 
-def layout_catalogue(root: str | Path) -> list[dict]:
-    """Per language, layout and split under a corpora root: sentences and words (both sides).
+def layout_catalogue(root: str | Path, languages: Collection[str] | None = None) -> list[dict]:
+    """Per language, layout and split under a corpora root: sentences and words (both sides);
+    only ``languages`` (our codes) where given.
 
     A layout absent from ``root`` is left out; a broken file raises DataFormatError.
     """
@@ -511,6 +512,8 @@ def layout_catalogue(root: str | Path) -> list[dict]:
         except DataFormatError:
             continue
         for lang in layout_languages(layout, root):
+            if languages is not None and lang not in languages:
+                continue
             for split in LAYOUT_SPLITS[layout]:
                 recs = load_layout_pairs(layout, root, lang, split)
                 rows.append({"lang": lang, "layout": layout, "code": layout_code(layout, lang),
