@@ -210,17 +210,13 @@ def keep_demo(run: Path) -> None:
     }, indent=1) + "\n")  # fmt: skip
 
 
-# the previous wide run's numbers kept beside a new one's: its headline measures, and the rows of
-# the paper's languages (their short codes in a wide run)
-PAPER_CODES = ("amh", "ber", "chr", "grn", "haw", "ibo", "npi", "oci", "que", "yor", "zgh")
-
-
 def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
     """A wide run's "Across languages" numbers (no text of any set: codes and numbers only). The
     results file it replaces, when it was another run's, is kept in it as ``previous``: its
     summary (recomputed by the current ``summarise``, so both count alike) and its rows of the
     paper's languages. ``prepare_seconds`` replaces the store's preparation time where the run
     reused drafter files prepared by an earlier attempt (the time they took then)."""
+    from babelspec.data.languages import PAPER_LANGUAGES  # a wide run names them by these short codes
     from babelspec.experiments.across import summarise
 
     a = json.loads((run / "analysis.json").read_text())
@@ -236,7 +232,7 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
                                             "stage_seconds") if k in old}  # fmt: skip
             previous["summary"] = {k: v for k, v in summarise(old["across"]["rows"]).items()
                                    if k not in ("worst", "best", "by_script", "by_family", "correlations")}
-            previous["paper_rows"] = [r for r in old["across"]["rows"] if r["language"] in PAPER_CODES]
+            previous["paper_rows"] = [r for r in old["across"]["rows"] if r["language"] in PAPER_LANGUAGES]
         else:
             previous = old.get("previous")
     stages = meta.get("stage_seconds", {})
@@ -284,6 +280,8 @@ def _paper_row(r: dict | None) -> list[str]:
 
 def previous_tables(run: dict) -> str:
     """This wide run beside the previous one: the headline measures, then the paper's languages."""
+    from babelspec.data.languages import PAPER_LANGUAGES
+
     prev = run.get("previous")
     if not prev:
         return ""
@@ -292,13 +290,13 @@ def previous_tables(run: dict) -> str:
              f"generations on {'; '.join(m['kind'] for m in prev.get('machines', []))}), both summarised by the "
              "same code:", "", "| measure | previous wide run | this run |", "|---|---|---|"]  # fmt: skip
     lines += [f"| {k} | {before[k]} | {now[k]} |" for k in now]
-    mine = {r["language"]: r for r in run["across"]["rows"] if r["language"] in PAPER_CODES}
+    mine = {r["language"]: r for r in run["across"]["rows"] if r["language"] in PAPER_LANGUAGES}
     theirs = {r["language"]: r for r in prev.get("paper_rows", [])}
     lines += ["", "The paper's languages with FLORES-200 text (chr and haw have none), held out: setting, speedup "
               "[95% interval], α, and the router's choice with its held-out speedup.", "",
               "| language | previous: setting | speedup | α | router | this run: setting | speedup | α | router |",
               "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    for code in PAPER_CODES:
+    for code in PAPER_LANGUAGES:
         if code in mine or code in theirs:
             lines.append("| " + " | ".join([code, *_paper_row(theirs.get(code)), *_paper_row(mine.get(code))]) + " |")
     return "\n".join(lines)
