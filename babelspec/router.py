@@ -18,6 +18,8 @@ BASELINE = "none"  # the setting name (and drafter spec) of plain decoding
 
 ROUTER_VERSION = 1
 ANY_TASK = "*"  # the per-language route, used when the task is not known
+# How a router judges a setting on its choosing prompts (babelspec.experiments.route_choice).
+RULES = ("interval", "pooled")
 
 
 @dataclass
@@ -42,6 +44,11 @@ class Route:
     # step: what the auto drafter's online f needs (NaN in older files: taken as 1 and c).
     verify_cost: float = math.nan
     draft_cost: float = math.nan
+    # The pooled rule's estimate on the choosing prompts (route_choice.pooled_posteriors): the
+    # language's speedup shrunk towards its setting's mean over languages, with its 95 % bounds.
+    pooled_speedup: float = math.nan
+    pooled_low: float = math.nan
+    pooled_high: float = math.nan
 
 
 @dataclass
@@ -50,6 +57,7 @@ class Router:
     target: str = ""
     min_speedup: float = 1.0
     version: int = ROUTER_VERSION
+    rule: str = "interval"  # how a choice was judged on its prompts (experiments.route_choice.RULES)
 
     def route(self, language: str, task: str | None = None) -> Route:
         """The route for ``language`` and ``task``; without a task, or for a task with no route
@@ -107,6 +115,8 @@ class Router:
                 route.spec = _absolute_spec(route.spec, path.parent)
             if not isinstance(data.get("min_speedup", 1.0), (int, float)):
                 raise TypeError("'min_speedup' must be a number")
+            if not isinstance(data.get("rule", "interval"), str):
+                raise TypeError("'rule' must be a string")
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -115,7 +125,8 @@ class Router:
             raise ValueError(f"{path}: not a babelspec router file (no {exc.args[0]!r} field)") from None
         except (TypeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not a babelspec router file ({exc})") from None
-        return cls(routes=routes, target=data.get("target", ""), min_speedup=data.get("min_speedup", 1.0))
+        return cls(routes=routes, target=data.get("target", ""), min_speedup=data.get("min_speedup", 1.0),
+                   rule=data.get("rule", "interval"))
 
 
 _PATH_PREFIXES = ("ngram", "distilled")

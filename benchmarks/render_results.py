@@ -230,7 +230,8 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
         if old.get("started_at") != started or started is None:
             previous = {k: old[k] for k in ("profile", "version", "generations", "machines", "generation_seconds",
                                             "stage_seconds") if k in old}  # fmt: skip
-            previous["summary"] = {k: v for k, v in summarise(old["across"]["rows"]).items()
+            rule = old["across"].get("router", {}).get("rule", "interval")
+            previous["summary"] = {k: v for k, v in summarise(old["across"]["rows"], router_rule=rule).items()
                                    if k not in ("worst", "best", "by_script", "by_family", "correlations")}
             previous["paper_rows"] = [r for r in old["across"]["rows"] if r["language"] in PAPER_LANGUAGES]
         else:
@@ -310,7 +311,8 @@ def resummarise_flores200() -> None:
 
     run = json.loads(FLORES200.read_text())
     across = run["across"]
-    run["across"] = {**summarise(across["rows"]), "task": across.get("task", "translation"),
+    run["across"] = {**summarise(across["rows"], router_rule=across.get("router", {}).get("rule", "interval")),
+                     "task": across.get("task", "translation"),
                      "setting": across.get("setting", "bigram"), "rows": across["rows"],
                      "missing": across.get("missing", []), "moscar": across.get("moscar")}  # fmt: skip
     FLORES200.write_text(json.dumps(run, indent=1, ensure_ascii=False) + "\n")

@@ -31,6 +31,10 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     path.write_text(dump_toml(cfg))
     again = load_config(path)
     assert again.languages == cfg.languages and again.drafters == cfg.drafters
+    assert again.router.rule == "interval"
+    pooled = config_from_dict({"router": {"rule": "pooled"}})
+    path.write_text(dump_toml(pooled))
+    assert load_config(path).router.rule == "pooled"
 
 
 @pytest.mark.parametrize("data, message", [
@@ -52,6 +56,8 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     ({"drafters": ["self:6", "self:6"]}, "two drafter settings are named"),
     ({"drafters": [{"kind": "ngram", "distil": "genral"}]}, "distil must be .*got 'genral'"),
     ({"drafters": [{"kind": "ngram", "distil": []}]}, "distil must be"),
+    ({"router": {"rule": "bayes"}}, r"\[router\] rule must be one of 'interval', 'pooled' .got 'bayes'."),
+    ({"router": {"level": 0.9}}, r"\[router\].*unknown key.*'level'"),
 ])
 def test_bad_configs_name_the_problem(data, message):
     with pytest.raises(ConfigError, match=message):

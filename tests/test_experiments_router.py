@@ -178,3 +178,100 @@ def test_the_default_router_lives_in_babelspecs_cache_directory(tmp_path, monkey
     assert default_router_path() == tmp_path / "cache" / "router.json"
     monkeypatch.setenv("BABELSPEC_ROUTER", str(tmp_path / "mine.json"))
     assert default_router_path() == tmp_path / "mine.json"
+
+
+# --- the pooled rule: every language of a setting informs each one's estimate ---------------
+
+def _wide_run(speedups: dict[str, list[float]], name: str = "int8") -> list:
+    """Plain decoding at 2 s a prompt and ``name`` at 2 / speedup s, per language and prompt."""
+    rows = []
+    for lang, per_prompt in speedups.items():
+        rows += [record(lang, "translation", "none", 0, p, wall=2.0) for p in range(len(per_prompt))]
+        rows += [record(lang, "translation", name, 4, p, wall=2.0 / q) for p, q in enumerate(per_prompt)]
+    return rows
+
+
+# 12 languages where the drafter pays about 1.25x, each measured on 6 noisy prompts: on its 3
+# choosing prompts (0, 2, 4) no language's own interval clears 1.0
+NOISY = [1.6, 1.25, 0.98, 1.25, 1.6, 1.25]
+LANGS = ["amh", "yor", "ibo", "hau", "npi", "que", "grn", "haw", "oci", "zgh", "chr", "ber"]
+
+
+def test_the_pooled_rule_routes_languages_whose_own_prompts_cannot_decide():
+    rows = _wide_run({lang: NOISY for lang in LANGS})
+    specs = {("int8", lang): "int8:x" for lang in LANGS}
+    one = [s for s in agg.setting_stats(agg.held_out_split(rows)[0]) if s.language == "amh" and s.drafter == "int8"]
+    assert one[0].speedup_low < 1.0  # its own interval reaches below 1.0
+    assert all(r.drafter == "none" for r in build_router(rows, specs).routes)
+    pooled = build_router(rows, specs, rule="pooled")
+    assert pooled.rule == "pooled"
+    for r in pooled.routes:
+        assert (r.drafter, r.source) == ("int8", "measured")
+        assert r.pooled_low > 1.0 and r.pooled_low < r.pooled_speedup < r.pooled_high
+        assert r.predicted_speedup == pytest.approx(1.25)  # still the held-out prompts' number
+
+
+def test_pooling_does_not_route_a_language_its_own_prompts_show_slower():
+    # 11 languages at about 1.3x and one whose drafter is steadily 0.8x: the prior says 1.25x,
+    # its own three prompts agree closely on 0.8x, and they win
+    rows = _wide_run({**{lang: [1.3, 1.3, 1.4, 1.3, 1.2, 1.3] for lang in LANGS[:-1]}, "ber": [0.8] * 6})
+    router = build_router(rows, {("int8", lang): "int8:x" for lang in LANGS}, rule="pooled")
+    assert router.route("ber", "translation").drafter == "none"
+    assert router.route("ber").drafter == "none"
+    assert all(router.route(lang, "translation").drafter == "int8" for lang in LANGS[:-1])
+
+
+def test_the_pooled_estimate_is_the_normal_empirical_bayes_posterior():
+    # hand-computed: 8 languages, 2 prompts each (log speedups y1, y2)
+    from babelspec.experiments.route_choice import PRIOR_DF, pooled_posteriors
+
+    logs = {lang: (0.1 + 0.05 * i, 0.3 - 0.02 * i) for i, lang in enumerate(LANGS[:8])}
+    rows = _wide_run({lang: [math.exp(a), math.exp(b)] for lang, (a, b) in logs.items()})
+    post = pooled_posteriors(rows)
+    own_var = {lang: (a - b) ** 2 / 2 for lang, (a, b) in logs.items()}  # variance of 2 values, ddof 1
+    pooled_var = sum(own_var.values()) / 8  # one degree of freedom each
+    se2 = {lang: (own_var[lang] + PRIOR_DF * pooled_var) / (1 + PRIOR_DF) / 2 for lang in logs}
+    means = {lang: (a + b) / 2 for lang, (a, b) in logs.items()}
+    mu = sum(means.values()) / 8
+    spread = sum((m - mu) ** 2 for m in means.values()) / 7
+    tau2 = max(1e-4, spread - sum(se2.values()) / 8)
+    for lang in logs:
+        p = post[(lang, "translation", "int8", 4)]
+        v = 1 / (1 / se2[lang] + 1 / tau2)
+        m = v * (means[lang] / se2[lang] + mu / tau2)
+        assert p.speedup == pytest.approx(math.exp(m), rel=1e-9)
+        assert p.low == pytest.approx(math.exp(m - 1.959963984540054 * math.sqrt(v)), rel=1e-9)
+        assert p.own == pytest.approx(math.exp(means[lang])) and p.prior == pytest.approx(math.exp(mu))
+        assert p.tau == pytest.approx(math.sqrt(tau2)) and p.n_prompts == 2
+    # under MIN_POOLED_LANGUAGES languages a mean stands alone (the variance is still pooled)
+    few = pooled_posteriors([r for r in rows if r.language in LANGS[:3]])
+    p = few[("amh", "translation", "int8", 4)]
+    assert math.isnan(p.tau) and p.speedup == pytest.approx(p.own)
+
+
+def test_an_unknown_rule_is_a_clear_error_and_the_rule_survives_the_file(tmp_path, records):
+    with pytest.raises(ValueError, match="unknown router rule 'bayes'; choose one of: interval, pooled"):
+        build_router(records, SPECS, rule="bayes")
+    path = build_router(records, SPECS, rule="pooled").save(tmp_path / "router.json")
+    assert Router.load(path).rule == "pooled"
+
+
+def test_ensemble_estimates_spread_the_posterior_means_to_the_expected_spread_of_the_true_values():
+    import numpy as np
+
+    from babelspec.experiments.route_choice import ensemble_estimates, pooled_posteriors
+
+    true = {lang: 1.05 + 0.04 * i for i, lang in enumerate(LANGS)}
+    noise = [1.3, 0.8, 1.1, 0.9, 1.2, 0.85]
+    rows = _wide_run({lang: [q * e for e in noise[i % 3:] + noise[:i % 3]] for i, (lang, q) in enumerate(true.items())})
+    cells = {(lang, "translation", "int8", 4) for lang in LANGS}
+    est = ensemble_estimates(rows, cells)
+    post = pooled_posteriors(rows)
+    m = np.log([post[k].speedup for k in sorted(cells)])
+    e = np.log([est[k] for k in sorted(cells)])
+    assert e.mean() == pytest.approx(m.mean())
+    assert e.var() == pytest.approx(m.var() + np.mean([post[k].sd ** 2 for k in cells]))
+    assert e.var() > m.var()  # wider than the shrunk means, narrower than the raw medians
+    raw = np.log([s.speedup for s in agg.setting_stats(rows) if s.drafter == "int8"])
+    assert e.var() < raw.var()
+    assert ensemble_estimates(rows, set()) == {}

@@ -173,7 +173,7 @@ def _half_widths(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "over": int(sum(h > HALF_WIDTH for h in halves)), "bound": HALF_WIDTH}  # fmt: skip
 
 
-def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
+def summarise(rows: list[dict[str, Any]], *, seed: int = 0, router_rule: str = "interval") -> dict[str, Any]:
     """The section's numbers from the per-language rows. Languages without a finite held-out
     speedup are left out of every number and counted (``no_held_out``); the worst and best lists
     rank languages as the headline does (``worst_by_selection``): on the prompts that chose each
@@ -213,7 +213,7 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0) -> dict[str, Any]:
                    "plain": int(sum(r["router_drafter"] == "none" for r in rows)),
                    "lowest": float(np.nanmin(router)) if rows else math.nan,
                    "below_floor": int(np.sum(router < ROUTER_FLOOR)), "floor": ROUTER_FLOOR,
-                   "languages": len(rows)},
+                   "languages": len(rows), "rule": router_rule},
     }  # fmt: skip
 
 
@@ -269,7 +269,8 @@ def across_languages(analysis: dict[str, Any], config: dict[str, Any],
     rows = language_rows(analysis, counted, web, fertility, task=task, setting=setting)
     if not rows:  # the run has no rows of that task: no section
         return None
-    return {"task": task, "setting": setting,**summarise(rows), "rows": rows, "missing": missing,
+    rule = (analysis.get("router") or {}).get("rule", "interval")
+    return {"task": task, "setting": setting, **summarise(rows, router_rule=rule), "rows": rows, "missing": missing,
             "moscar": _where(path, root)}
 
 

@@ -13,7 +13,7 @@ from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
 from babelspec.experiments.across import MIN_LANGUAGES, across_languages, training_tokens
 from babelspec.experiments.divergence import resourcedness_correlation
-from babelspec.experiments.route_choice import build_router
+from babelspec.experiments.route_choice import build_router, ensemble_estimates
 from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import machines_summary
@@ -66,7 +66,8 @@ def _provenance(config: dict) -> dict[str, Any]:
     return provenance(config)
 
 
-def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, Any]:
+def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES, router_rule: str | None = None) -> dict[str, Any]:
+    """``router_rule`` overrides the run's ``[router] rule`` (``experiments.route_choice``)."""
     records = store.records()
     stats = agg.setting_stats(records)
     meta = store.meta()
@@ -76,7 +77,8 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         specs.setdefault((r.drafter, r.language), r.drafter_spec)
     target = meta.get("target", {}).get("spec", "")
     # Chosen on the even prompts, predicted and reported from the odd ones.
-    router = build_router(records, specs, target=target)
+    rule = router_rule or meta.get("config", {}).get("router", {}).get("rule", "interval")
+    router = build_router(records, specs, target=target, rule=rule)
     languages_rows = agg.language_summary(records)
     best = agg.held_out_best(records)
     routed = [r for r in router.routes if r.task != "*"]
@@ -123,7 +125,8 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
                             "routes": len(routed), "plain": sum(r.drafter == "none" for r in routed),
                             "below_one": sum(r.drafter != "none" and r.predicted_speedup < 1.0 for r in routed),
                             "lowest": min((r.predicted_speedup if r.drafter != "none" else 1.0 for r in routed),
-                                          default=math.nan)},
+                                          default=math.nan),
+                            "ensemble": _ensemble(records, routed)},
         "divergence": divergence,
         "divergence_correlation": correlations,
         "corpus": sizes,
@@ -169,6 +172,22 @@ def distilled_runs(specs: dict[tuple[str, str], str]) -> list[dict[str, Any]]:
             "seconds": meta.get("wall_seconds", {}), "curve": curve,
         })  # fmt: skip
     return out
+
+
+def _ensemble(records, routed: list[Route]) -> dict[str, Any]:
+    """The routes' held-out speedups as estimates for the distribution over languages
+    (``route_choice.ensemble_estimates``; plain decoding at 1.0): quantiles and the lowest."""
+    cells = {(r.language, r.task, r.drafter, r.gamma) for r in routed if r.drafter != "none"}
+    est = ensemble_estimates(agg.held_out_split(records)[1], cells) if cells else {}
+    values = [est.get((r.language, r.task, r.drafter, r.gamma), math.nan) if r.drafter != "none" else 1.0
+              for r in routed]  # fmt: skip
+    values = [v for v in values if math.isfinite(v)]
+    if not values:
+        return {"routes": 0}
+    import numpy as np
+
+    return {"routes": len(values), "p5": float(np.percentile(values, 5)), "median": float(np.median(values)),
+            "lowest": float(min(values)), "below_one": int(sum(v < 1.0 for v in values))}
 
 
 def _forward_samples(records, per_drafter: int = 4000) -> dict[str, dict[str, list[float]]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from babelspec.data.languages import PAPER_LANGUAGES
+from babelspec.router import RULES
 
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
 # Drafter spec prefixes the project knows of (registered by their modules as they land).
@@ -106,6 +107,16 @@ class SequentialSection:
 
 
 @dataclass
+class RouterSection:
+    """``[router]``: how the router judges a setting on its choosing prompts
+    (``experiments.route_choice``): ``"interval"``, where a language's own bootstrap interval
+    must lie above 1.0, or ``"pooled"``, where every language of a setting informs each one's
+    estimate (for runs of many languages)."""
+
+    rule: str = "interval"
+
+
+@dataclass
 class LanguageData:
     """Where one language's text comes from (source strings, see ``babelspec.data.sources``)."""
 
@@ -182,6 +193,7 @@ class ExperimentConfig:
     checks: ChecksSection = field(default_factory=ChecksSection)
     divergence: DivergenceSection = field(default_factory=DivergenceSection)
     sequential: SequentialSection = field(default_factory=SequentialSection)
+    router: RouterSection = field(default_factory=RouterSection)
     data: DataSection = field(default_factory=DataSection)
     source: str = ""  # where the config was read from (informational)
 
@@ -216,7 +228,7 @@ class ExperimentConfig:
 
 
 _SECTIONS = {"sampling": SamplingSection, "checks": ChecksSection, "divergence": DivergenceSection,
-             "sequential": SequentialSection}
+             "sequential": SequentialSection, "router": RouterSection}
 
 
 def _field_names(cls: type) -> set[str]:
@@ -436,6 +448,8 @@ def validate(cfg: ExperimentConfig) -> None:
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
     )
     _validate_sequential(cfg, need)
+    need(cfg.router.rule in RULES,
+         f"[router] rule must be one of {', '.join(map(repr, RULES))} (got {cfg.router.rule!r})")
     need(
         cfg.dtype in ("auto", "bfloat16", "float32"),
         f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
