@@ -229,11 +229,12 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
         old = json.loads(FLORES200.read_text())
         if old.get("started_at") != started or started is None:
             previous = {k: old[k] for k in ("profile", "version", "generations", "machines", "generation_seconds",
-                                            "stage_seconds") if k in old}  # fmt: skip
+                                            "stage_seconds", "router_ensemble") if k in old}  # fmt: skip
             rule = old["across"].get("router", {}).get("rule", "interval")
             previous["summary"] = {k: v for k, v in summarise(old["across"]["rows"], router_rule=rule).items()
                                    if k not in ("worst", "best", "by_script", "by_family", "correlations")}
             previous["paper_rows"] = [r for r in old["across"]["rows"] if r["language"] in PAPER_LANGUAGES]
+            previous["rows"] = [{k: r.get(k) for k in RUN_ROW} for r in old["across"]["rows"]]
         else:
             previous = old.get("previous")
     stages = meta.get("stage_seconds", {})
@@ -245,17 +246,48 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
         "stage_seconds": {"prepare": prepare if prepare_seconds is None else prepare_seconds,
                           **{k: v for k, v in stages.items() if not k.startswith("prepare")}},
         "timing_load": a.get("timing_load"), "timing_checks": a.get("timing_checks"),
+        "router_ensemble": a.get("router_headline", {}).get("ensemble"),
         "across": a["across"], **({"previous": previous} if previous else {}),
     }, indent=1, ensure_ascii=False) + "\n")  # fmt: skip
+
+
+RUN_ROW = ("language", "drafter", "speedup", "speedup_low", "speedup_high", "alpha", "router_drafter", "router_speedup")
+
+
+def run_to_run(now: list[dict], before: list[dict]) -> dict:
+    """The languages both wide runs measured at the same setting: how far the held-out speedups
+    moved between the runs (ratio now / before), and how many 95% intervals do not overlap."""
+    was = {r["language"]: r for r in before}
+    pairs = [(r, was[r["language"]]) for r in now if r["language"] in was and r["drafter"] == was[r["language"]]["drafter"]
+             and all(isinstance(x.get("speedup"), float) and math.isfinite(x["speedup"]) for x in (r, was[r["language"]]))]
+    if not pairs:
+        return {"languages": 0}
+    ratios = sorted(a["speedup"] / b["speedup"] for a, b in pairs)
+
+    def apart(a: dict, b: dict) -> bool:
+        bounds = [x.get(k) for x in (a, b) for k in ("speedup_low", "speedup_high")]
+        if not all(isinstance(v, float) and math.isfinite(v) for v in bounds):
+            return False
+        return a["speedup_high"] < b["speedup_low"] or b["speedup_high"] < a["speedup_low"]
+
+    def quantile(q: float) -> float:
+        return ratios[min(len(ratios) - 1, int(q * len(ratios)))]
+
+    return {"languages": len(pairs), "ratio_median": quantile(0.5), "ratio_p5": quantile(0.05),
+            "ratio_p95": quantile(0.95), "intervals_apart": sum(apart(a, b) for a, b in pairs),
+            "with_intervals": sum(all(isinstance(x.get(k), float) and math.isfinite(x[k]) for x in (a, b)
+                                      for k in ("speedup_low", "speedup_high")) for a, b in pairs)}  # fmt: skip
 
 
 def _x(value, digits: int = 2) -> str:
     return "–" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:.{digits}f}×"
 
 
-def _measures(s: dict) -> dict[str, str]:
-    """A wide run's headline measures as table cells (a summary without a measure shows –)."""
+def _measures(s: dict, ensemble: dict | None = None) -> dict[str, str]:
+    """A wide run's headline measures as table cells (a summary without a measure shows –);
+    ``ensemble``: the router's held-out speedups estimated as a distribution over languages."""
     q, rt, hw = s.get("speedup_quantiles", {}), s.get("router", {}), s.get("half_width", {})
+    ensemble = ensemble or {}
     return {
         "languages": str(s.get("languages", "–")),
         "held-out speedup: median": _x(q.get("50")),
@@ -263,7 +295,9 @@ def _measures(s: dict) -> dict[str, str]:
         "languages below 1.0× (point estimate)": str(s.get("below_one", "–")),
         "languages whose 95% interval lies wholly below 1.0×": str(s.get("wholly_below_one", "–")),
         "interval half-width: median / widest": f"{_x(hw.get('median'))} / {_x(hw.get('widest'))}",
+        "router: its rule": rt.get("rule", "interval"),
         "router: 5th-percentile language": _x(rt.get("p5")),
+        "router: 5th-percentile language, estimated as a distribution (constrained Bayes)": _x(ensemble.get("p5")),
         "router: median / lowest": f"{_x(rt.get('median'))} / {_x(rt.get('lowest'))}",
         "router: languages left at plain decoding": str(rt.get("plain", "–")),
         "router: languages below 0.97×": str(rt.get("below_floor", "–")),
@@ -286,11 +320,17 @@ def previous_tables(run: dict) -> str:
     prev = run.get("previous")
     if not prev:
         return ""
-    now, before = _measures(run["across"]), _measures(prev["summary"])
+    now, before = _measures(run["across"], run.get("router_ensemble")), _measures(prev["summary"], prev.get("router_ensemble"))
     lines = [f"This run beside the previous wide run (`{prev.get('profile', '')}`, {prev.get('generations')} "
              f"generations on {'; '.join(m['kind'] for m in prev.get('machines', []))}), both summarised by the "
              "same code:", "", "| measure | previous wide run | this run |", "|---|---|---|"]  # fmt: skip
     lines += [f"| {k} | {before[k]} | {now[k]} |" for k in now]
+    moved = run_to_run(run["across"]["rows"], prev.get("rows", []))
+    if moved["languages"]:
+        lines += ["", f"Run to run: {moved['languages']} languages were measured at the same setting in both runs. "
+                  f"Their held-out speedup now over then: median {moved['ratio_median']:.3f}, 5th–95th percentile "
+                  f"{moved['ratio_p5']:.2f}–{moved['ratio_p95']:.2f}; {moved['intervals_apart']} of the "
+                  f"{moved['with_intervals']} with intervals in both have 95% intervals that do not overlap."]  # fmt: skip
     mine = {r["language"]: r for r in run["across"]["rows"] if r["language"] in PAPER_LANGUAGES}
     theirs = {r["language"]: r for r in prev.get("paper_rows", [])}
     lines += ["", "The paper's languages with FLORES-200 text (chr and haw have none), held out: setting, speedup "
@@ -325,7 +365,8 @@ def flores200_tables() -> str:
 
     run = json.loads(FLORES200.read_text())
     machine = "; ".join(m["kind"] for m in run["machines"])
-    blocks = [b for b in across_blocks({"across": run["across"]})[1:] if not isinstance(b, Figure)]
+    blocks = [b for b in across_blocks({"across": run["across"], "router_headline": {"ensemble": run.get("router_ensemble")}})[1:]
+              if not isinstance(b, Figure)]  # fmt: skip
     stages = ", ".join(f"{k} {v / 60:.1f} min" for k, v in run["stage_seconds"].items())
     parts = [f"`babelspec/profiles/{run['profile']}.toml` ({run['generations']} generations) on {machine}, babelspec "
              f"{run['version']}; stages: {stages}.", "", to_markdown(blocks).rstrip()]  # fmt: skip

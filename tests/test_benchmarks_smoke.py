@@ -119,6 +119,10 @@ def test_a_new_wide_run_is_kept_beside_the_previous_one(tmp_path):
     median = f"{median:.2f}× | {median + 0.5:.2f}×"
     assert "| held-out speedup: median | " + median + " |" in study
     assert "| yor | " in study and "prepare 1.5 min" in study
+    # every language moved by +0.5x at the same setting: the run-to-run line says how far
+    assert len(new["previous"]["rows"]) == len(old["across"]["rows"])
+    same = sum(isinstance(r["speedup"], float) for r in old["across"]["rows"])
+    assert f"Run to run: {same} languages were measured at the same setting in both runs" in study
 
 
 def test_w8a8_target_runs(model, tmp_path):
