@@ -448,8 +448,6 @@ def validate(cfg: ExperimentConfig) -> None:
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
     )
     _validate_sequential(cfg, need)
-    need(cfg.router.rule in RULES,
-         f"[router] rule must be one of {', '.join(map(repr, RULES))} (got {cfg.router.rule!r})")
     need(
         cfg.dtype in ("auto", "bfloat16", "float32"),
         f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
@@ -499,7 +497,10 @@ def validate(cfg: ExperimentConfig) -> None:
 
 
 def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None]) -> None:
-    """The ``[sequential]`` section's checks (``validate``'s)."""
+    """The ``[sequential]`` and ``[router]`` sections' checks (``validate``'s): the router's rule
+    judges the choosing prompts the rounds add."""
+    need(cfg.router.rule in RULES,
+         f"[router] rule must be one of {', '.join(map(repr, RULES))} (got {cfg.router.rule!r})")
     seq = cfg.sequential
     need(
         isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
