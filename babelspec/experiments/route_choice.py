@@ -144,8 +144,9 @@ def build_router(
     ``specs[(drafter, language)]`` is the drafter spec each setting resolved to.
 
     A setting with a measured speedup is judged only by it (never by f), and only when, under
-    ``rule`` (module docstring), its choosing prompts put it above ``min_speedup``; with fewer
-    than 2 choosing prompts per cell there is no interval, so plain decoding."""
+    ``rule`` (module docstring), its choosing prompts put it above ``min_speedup``. Under the
+    interval rule a cell with fewer than 2 choosing prompts has no interval, so plain decoding;
+    under the pooled rule its prompt variance is the setting's pooled one."""
     if rule not in RULES:
         raise ValueError(f"unknown router rule {rule!r}; choose one of: {', '.join(RULES)}")
     choose, measure = held_out_split(records)
