@@ -9,6 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
 from babelspec.experiments.across import MIN_LANGUAGES, across_languages, training_tokens
@@ -66,8 +68,7 @@ def _provenance(config: dict) -> dict[str, Any]:
     return provenance(config)
 
 
-def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES, router_rule: str | None = None) -> dict[str, Any]:
-    """``router_rule`` overrides the run's ``[router] rule`` (``experiments.route_choice``)."""
+def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, Any]:
     records = store.records()
     stats = agg.setting_stats(records)
     meta = store.meta()
@@ -77,7 +78,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES, router_rule: st
         specs.setdefault((r.drafter, r.language), r.drafter_spec)
     target = meta.get("target", {}).get("spec", "")
     # Chosen on the even prompts, predicted and reported from the odd ones.
-    rule = router_rule or meta.get("config", {}).get("router", {}).get("rule", "interval")
+    rule = meta.get("config", {}).get("router", {}).get("rule", "interval")  # the run's [router] rule
     router = build_router(records, specs, target=target, rule=rule)
     languages_rows = agg.language_summary(records)
     best = agg.held_out_best(records)
@@ -184,8 +185,6 @@ def _ensemble(records, routed: list[Route]) -> dict[str, Any]:
     values = [v for v in values if math.isfinite(v)]
     if not values:
         return {"routes": 0}
-    import numpy as np
-
     return {"routes": len(values), "p5": float(np.percentile(values, 5)), "median": float(np.median(values)),
             "lowest": float(min(values)), "below_one": int(sum(v < 1.0 for v in values))}
 

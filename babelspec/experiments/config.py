@@ -422,14 +422,7 @@ def validate(cfg: ExperimentConfig) -> None:
         if not cond:
             raise ConfigError(f"{where}: {message}")
 
-    if isinstance(cfg.languages, str):  # a named set: "paper" or "flores200"
-        from babelspec.data.languages import LANGUAGE_SETS
-
-        need(cfg.languages in LANGUAGE_SETS, f"languages = {cfg.languages!r} names no set; give a list of "
-             f"codes or one of: {', '.join(map(repr, LANGUAGE_SETS))}")
-        cfg.languages = list(LANGUAGE_SETS[cfg.languages])
-    need(isinstance(cfg.languages, list) and cfg.languages, "languages must be a non-empty list")
-    cfg.languages = list(dict.fromkeys(_language(lang, where) for lang in cfg.languages))
+    _validate_languages(cfg, need, where)
     need(isinstance(cfg.tasks, list) and cfg.tasks, "tasks must be a non-empty list")
     for task in cfg.tasks:
         need(
@@ -448,6 +441,8 @@ def validate(cfg: ExperimentConfig) -> None:
         f"prompts_per_cell must be an integer >= 1 (got {cfg.prompts_per_cell!r})",
     )
     _validate_sequential(cfg, need)
+    need(cfg.router.rule in RULES,
+         f"[router] rule must be one of {', '.join(map(repr, RULES))} (got {cfg.router.rule!r})")
     need(
         cfg.dtype in ("auto", "bfloat16", "float32"),
         f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
@@ -496,11 +491,21 @@ def validate(cfg: ExperimentConfig) -> None:
     need(0.0 < cfg.checks.loop_threshold <= 1.0, "[checks] loop_threshold must be in (0, 1]")
 
 
+def _validate_languages(cfg: ExperimentConfig, need: Callable[[bool, str], None], where: str) -> None:
+    """``languages``: a named set ("paper", "flores200") or a list, each name resolved to its code
+    once (``validate``'s)."""
+    if isinstance(cfg.languages, str):  # a named set: "paper" or "flores200"
+        from babelspec.data.languages import LANGUAGE_SETS
+
+        need(cfg.languages in LANGUAGE_SETS, f"languages = {cfg.languages!r} names no set; give a list of "
+             f"codes or one of: {', '.join(map(repr, LANGUAGE_SETS))}")
+        cfg.languages = list(LANGUAGE_SETS[cfg.languages])
+    need(isinstance(cfg.languages, list) and cfg.languages, "languages must be a non-empty list")
+    cfg.languages = list(dict.fromkeys(_language(lang, where) for lang in cfg.languages))
+
+
 def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None]) -> None:
-    """The ``[sequential]`` and ``[router]`` sections' checks (``validate``'s): the router's rule
-    judges the choosing prompts the rounds add."""
-    need(cfg.router.rule in RULES,
-         f"[router] rule must be one of {', '.join(map(repr, RULES))} (got {cfg.router.rule!r})")
+    """The ``[sequential]`` section's checks (``validate``'s)."""
     seq = cfg.sequential
     need(
         isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
