@@ -21,6 +21,8 @@ import math
 import re
 from pathlib import Path
 
+from babelspec.numeric import is_finite
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 DEMO = RESULTS / "demo_quick.json"
@@ -254,33 +256,33 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
 RUN_ROW = ("language", "drafter", "speedup", "speedup_low", "speedup_high", "alpha", "router_drafter", "router_speedup")
 
 
+def _bounded(r: dict) -> bool:
+    """Whether a language's row has a finite 95% interval."""
+    return is_finite(r.get("speedup_low")) and is_finite(r.get("speedup_high"))
+
+
 def run_to_run(now: list[dict], before: list[dict]) -> dict:
     """The languages both wide runs measured at the same setting: how far the held-out speedups
     moved between the runs (ratio now / before), and how many 95% intervals do not overlap."""
     was = {r["language"]: r for r in before}
     pairs = [(r, was[r["language"]]) for r in now if r["language"] in was and r["drafter"] == was[r["language"]]["drafter"]
-             and all(isinstance(x.get("speedup"), float) and math.isfinite(x["speedup"]) for x in (r, was[r["language"]]))]
+             and is_finite(r.get("speedup")) and is_finite(was[r["language"]].get("speedup"))]
     if not pairs:
         return {"languages": 0}
     ratios = sorted(a["speedup"] / b["speedup"] for a, b in pairs)
-
-    def apart(a: dict, b: dict) -> bool:
-        bounds = [x.get(k) for x in (a, b) for k in ("speedup_low", "speedup_high")]
-        if not all(isinstance(v, float) and math.isfinite(v) for v in bounds):
-            return False
-        return a["speedup_high"] < b["speedup_low"] or b["speedup_high"] < a["speedup_low"]
+    bounded = [(a, b) for a, b in pairs if _bounded(a) and _bounded(b)]
 
     def quantile(q: float) -> float:
         return ratios[min(len(ratios) - 1, int(q * len(ratios)))]
 
     return {"languages": len(pairs), "ratio_median": quantile(0.5), "ratio_p5": quantile(0.05),
-            "ratio_p95": quantile(0.95), "intervals_apart": sum(apart(a, b) for a, b in pairs),
-            "with_intervals": sum(all(isinstance(x.get(k), float) and math.isfinite(x[k]) for x in (a, b)
-                                      for k in ("speedup_low", "speedup_high")) for a, b in pairs)}  # fmt: skip
+            "ratio_p95": quantile(0.95), "with_intervals": len(bounded),
+            "intervals_apart": sum(a["speedup_high"] < b["speedup_low"] or b["speedup_high"] < a["speedup_low"]
+                                   for a, b in bounded)}  # fmt: skip
 
 
 def _x(value, digits: int = 2) -> str:
-    return "–" if not isinstance(value, (int, float)) or not math.isfinite(value) else f"{value:.{digits}f}×"
+    return f"{value:.{digits}f}×" if is_finite(value) else "–"
 
 
 def _measures(s: dict, ensemble: dict | None = None) -> dict[str, str]:
@@ -308,8 +310,8 @@ def _paper_row(r: dict | None) -> list[str]:
     if r is None:
         return ["–", "–", "–", "–"]
     ci = (f" [{r['speedup_low']:.2f}, {r['speedup_high']:.2f}]"
-          if all(isinstance(r.get(k), float) and math.isfinite(r[k]) for k in ("speedup_low", "speedup_high")) else "")
-    return [r["drafter"], _x(r["speedup"]) + ci, f"{r['alpha']:.2f}" if isinstance(r.get("alpha"), float) and math.isfinite(r["alpha"]) else "–",
+          if _bounded(r) else "")
+    return [r["drafter"], _x(r["speedup"]) + ci, f"{r['alpha']:.2f}" if is_finite(r.get("alpha")) else "–",
             f"{r['router_drafter']} {_x(r['router_speedup'])}"]  # fmt: skip
 
 
