@@ -404,7 +404,7 @@ def held_out_best(records: list[ExampleRecord]) -> list[SettingStats]:
     return out
 
 
-def _best_per_cell(stats: list[SettingStats]) -> dict[tuple[str, str], SettingStats]:
+def best_per_cell(stats: list[SettingStats]) -> dict[tuple[str, str], SettingStats]:
     """Per (language, task) the speculative setting with the highest score."""
     best: dict[tuple[str, str], SettingStats] = {}
     for s in best_gamma(stats).values():
@@ -441,10 +441,10 @@ def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:
     everything, fit, held = setting_stats(records), setting_stats(choose), setting_stats(measure)
     # Latency per character on both sides over the same (held-out) prompts.
     plain = {(s.language, s.task): s for s in held if s.drafter == BASELINE}
-    in_sample = _best_per_cell(everything)
+    in_sample = best_per_cell(everything)
     held_index = {(s.language, s.task, s.drafter, s.gamma): s for s in held}
     out = []
-    for (lang, task), s in sorted(_best_per_cell(fit).items()):
+    for (lang, task), s in sorted(best_per_cell(fit).items()):
         h = held_index.get((lang, task, s.drafter, s.gamma))
         p = plain.get((lang, task))
         best = in_sample.get((lang, task))

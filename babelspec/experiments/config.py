@@ -117,6 +117,16 @@ class RouterSection:
 
 
 @dataclass
+class HeldOutSection:
+    """``[held_out]``: ``prompts = N`` runs the choosing prompts (the even-numbered ones below
+    ``prompts_per_cell``) with every setting, then N held-out prompts (1, 3, ..., 2N - 1) with
+    plain decoding and only the settings those chose (``experiments.held_out``); 0 (the default):
+    every prompt runs every setting, half of them held out."""
+
+    prompts: int = 0
+
+
+@dataclass
 class LanguageData:
     """Where one language's text comes from (source strings, see ``babelspec.data.sources``)."""
 
@@ -194,6 +204,7 @@ class ExperimentConfig:
     divergence: DivergenceSection = field(default_factory=DivergenceSection)
     sequential: SequentialSection = field(default_factory=SequentialSection)
     router: RouterSection = field(default_factory=RouterSection)
+    held_out: HeldOutSection = field(default_factory=HeldOutSection)
     data: DataSection = field(default_factory=DataSection)
     source: str = ""  # where the config was read from (informational)
 
@@ -217,8 +228,9 @@ class ExperimentConfig:
 
     @property
     def max_prompts(self) -> int:
-        """The most prompts a cell can run: ``prompts_per_cell``, or the ``[sequential]`` cap."""
-        return max(self.prompts_per_cell, self.sequential.max_prompts_per_cell)
+        """The most prompts a cell can run: ``prompts_per_cell``, the ``[sequential]`` cap, or as
+        far as the ``[held_out]`` prompts reach."""
+        return max(self.prompts_per_cell, self.sequential.max_prompts_per_cell, 2 * self.held_out.prompts)
 
     def settings_for(self, lang: str) -> list[DrafterSetting]:
         return [d for d in self.drafters if not d.languages or lang in d.languages]
@@ -228,7 +240,7 @@ class ExperimentConfig:
 
 
 _SECTIONS = {"sampling": SamplingSection, "checks": ChecksSection, "divergence": DivergenceSection,
-             "sequential": SequentialSection, "router": RouterSection}
+             "sequential": SequentialSection, "router": RouterSection, "held_out": HeldOutSection}
 
 
 def _field_names(cls: type) -> set[str]:
@@ -505,7 +517,8 @@ def _validate_languages(cfg: ExperimentConfig, need: Callable[[bool, str], None]
 
 
 def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None]) -> None:
-    """The ``[sequential]`` section's checks (``validate``'s)."""
+    """The ``[sequential]`` and ``[held_out]`` sections' checks (``validate``'s): both say which
+    prompts a cell runs beyond the grid's."""
     seq = cfg.sequential
     need(
         isinstance(seq.max_prompts_per_cell, int) and not isinstance(seq.max_prompts_per_cell, bool)
@@ -529,6 +542,15 @@ def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None
         seq.max_prompts_per_cell == 0 or cfg.baseline,
         "[sequential] rounds judge speedups against plain decoding: set baseline = true",
     )
+    n = cfg.held_out.prompts
+    need(isinstance(n, int) and not isinstance(n, bool) and n >= 0,
+         f"[held_out] prompts must be an integer >= 0, 0 = every prompt runs every setting (got {n!r})")
+    need(n == 0 or cfg.baseline, "[held_out] prompts measure speedups against plain decoding: set baseline = true")
+    need(n == 0 or seq.max_prompts_per_cell == 0,
+         "[held_out] prompts and [sequential] rounds cannot be combined: the rounds add held-out prompts "
+         "with every setting; set [sequential] max_prompts_per_cell = 0 or [held_out] prompts = 0")
+    need(n == 0 or cfg.prompts_per_cell >= 2,
+         f"[held_out] prompts need choosing prompts: prompts_per_cell must be >= 2 (got {cfg.prompts_per_cell})")
 
 
 def _language(name: object, where: str) -> str:

@@ -98,7 +98,7 @@ def run_experiment(
             missing: set[tuple] = set()  # prompts a task does not have, by work-item key
             while todo := plan_stage(cfg, store, specs, summary, log, missing):
                 execute_stage(executor, todo, store, summary, progress, missing)
-                if not cfg.sequential.max_prompts_per_cell:
+                if not (cfg.sequential.max_prompts_per_cell or cfg.held_out.prompts):
                     break
             summary.worker_deaths = getattr(executor, "deaths", 0)
             executor.close()
@@ -195,7 +195,13 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
     import torch
 
     executor = executor or make_executor(cfg.ray, cfg.ray_workers)
-    items = plan(cfg, {lang: [d.name for d in cfg.settings_for(lang)] for lang in cfg.languages})
+    every = {lang: [d.name for d in cfg.settings_for(lang)] for lang in cfg.languages}
+    if cfg.held_out.prompts:  # stage 2 counted with one speculative setting per cell (what it chooses)
+        from babelspec.experiments.held_out import estimated_items
+
+        items = estimated_items(cfg, every)
+    else:
+        items = plan(cfg, every)
     path = Path(out_dir) / STORE_NAME
     done: set = set()
     if path.is_file():
@@ -204,7 +210,6 @@ def dry_run(cfg: ExperimentConfig, out_dir: str | Path, *, log: Callable[[str], 
     todo = [it for it in items if it.key not in done]
     extra = 0
     if cfg.sequential.max_prompts_per_cell:
-        every = {lang: [d.name for d in cfg.settings_for(lang)] for lang in cfg.languages}
         cap = {(lang, task): cfg.sequential.max_prompts_per_cell for lang in cfg.languages for task in cfg.tasks}
         extra = sum(1 for it in plan(cfg, every, cap) if it.key not in done) - len(todo)
     executor.start(cfg, log)
@@ -296,15 +301,22 @@ def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str],
                summary: RunSummary, log: Callable[[str], None], missing: set[tuple] = frozenset()) -> list[Unit]:  # fmt: skip
     """Stage 2: the units of the grid, holding only the examples the store lacks (nor the
     prompts in ``missing``, which the task does not have). With ``[sequential]`` rounds, each
-    call plans the next round (``sequential.prompt_counts``) from what the store holds."""
+    call plans the next round (``sequential.prompt_counts``) from what the store holds; with
+    ``[held_out]`` prompts, the choosing prompts, then the held-out ones of the settings they
+    chose (``held_out.plan_stages``)."""
     available = {lang: [d.name for d in cfg.settings_for(lang) if (d.name, lang) in specs]
                  for lang in cfg.languages}  # fmt: skip
     counts = None
-    if cfg.sequential.max_prompts_per_cell:
-        from babelspec.experiments.sequential import cell_settings, prompt_counts
+    if cfg.held_out.prompts:
+        from babelspec.experiments.held_out import plan_stages
 
-        counts = prompt_counts(cfg, store.records(), cell_settings(cfg, available))
-    items = plan(cfg, available, counts)
+        items = plan_stages(cfg, available, store.records(), specs, missing)
+    else:
+        if cfg.sequential.max_prompts_per_cell:
+            from babelspec.experiments.sequential import cell_settings, prompt_counts
+
+            counts = prompt_counts(cfg, store.records(), cell_settings(cfg, available))
+        items = plan(cfg, available, counts)
     done = store.done_keys()
     todo = [it for it in items if it.key not in done and it.key not in missing]
     first = summary.planned == 0
@@ -314,7 +326,10 @@ def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str],
     elif todo:
         summary.planned += len(todo)
         cells = len({(it.language, it.task) for it in todo})
-        log(f"sequential round: {len(todo)} more examples for {cells} undecided cell(s)")
+        if cfg.held_out.prompts:
+            log(f"held-out prompts of the chosen settings: {len(todo)} more examples for {cells} cell(s)")
+        else:
+            log(f"sequential round: {len(todo)} more examples for {cells} undecided cell(s)")
     return units_of(todo)
 
 
