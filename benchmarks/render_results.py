@@ -253,7 +253,8 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
     }, indent=1, ensure_ascii=False) + "\n")  # fmt: skip
 
 
-RUN_ROW = ("language", "drafter", "speedup", "speedup_low", "speedup_high", "alpha", "router_drafter", "router_speedup")
+RUN_ROW = ("language", "drafter", "speedup", "speedup_low", "speedup_high", "alpha", "router_drafter", "router_speedup",
+           "held_out_prompts")
 
 
 def _bounded(r: dict) -> bool:
@@ -292,6 +293,7 @@ def _measures(s: dict, ensemble: dict | None = None) -> dict[str, str]:
     ensemble = ensemble or {}
     return {
         "languages": str(s.get("languages", "–")),
+        "held-out prompts per language (median)": f"{n:g}" if is_finite(n := s.get("held_out_prompts")) else "–",
         "held-out speedup: median": _x(q.get("50")),
         "quartiles": f"{_x(q.get('25'))} – {_x(q.get('75'))}",
         "languages below 1.0× (point estimate)": str(s.get("below_one", "–")),

@@ -148,7 +148,7 @@ def language_rows(analysis: dict[str, Any], train_tokens: dict[str, float], web:
             "drafter": row["drafter"], "gamma": row["gamma"], "speedup": row["speedup"],
             "selection_speedup": row.get("selection_speedup", math.nan),
             "speedup_low": row.get("speedup_low"), "speedup_high": row.get("speedup_high"),
-            "alpha": row["alpha"], "tv_per_char": tv.get(lang.code, math.nan),
+            "alpha": row["alpha"], "held_out_prompts": row.get("n_pairs", 0), "tv_per_char": tv.get(lang.code, math.nan),
             "router_drafter": route.get("drafter", "none"),
             "router_speedup": route.get("predicted_speedup", 1.0) if route.get("drafter", "none") != "none" else 1.0,
             "train_tokens": train_tokens.get(lang.code, math.nan),
@@ -205,6 +205,9 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0, router_rule: str = "
         "wholly_below_one": int(sum(_finite(r.get("speedup_high", math.nan)) and r["speedup_high"] < 1.0
                                     for r in rows)),
         "half_width": _half_widths(rows),
+        # held-out prompts (pairs) behind a language's number, median over languages (rows of older runs lack it)
+        "held_out_prompts": float(np.median(counts)) if (counts := [r["held_out_prompts"] for r in rows
+                                                                     if "held_out_prompts" in r]) else math.nan,
         "worst": order[:10], "best": order[::-1][:10],
         "by_script": _groups(rows, "script"), "by_family": _groups(rows, "family"),
         "correlations": correlations, "paper_r": PAPER_R,

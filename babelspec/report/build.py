@@ -288,7 +288,10 @@ def _setting_blocks(a: dict[str, Any]) -> list[Block]:
         caption=f"Each drafter at its best γ per language: {HELD_OUT_GAMMA}. The worst language is picked, "
         "like the headline's, by its speedup on the choosing prompts, and shown with that speedup and its "
         "held-out one, which can lie above the held-out mean (a language slow on the prompts that chose it "
-        "need not be slow on the others); the last column is the lowest held-out speedup of any language.",
+        "need not be slow on the others); the last column is the lowest held-out speedup of any language."
+        + (" This run's held-out prompts ran only the settings their languages chose ([held_out] prompts): "
+           "a drafter's held-out numbers cover the languages that chose it, not every language."
+           if a.get("meta", {}).get("config", {}).get("held_out", {}).get("prompts") else ""),
     ))  # fmt: skip
 
     # --- full table ---
