@@ -271,6 +271,14 @@ def across_blocks(a: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+def _held_out_scope(a: dict[str, Any]) -> str:
+    """A caption's sentence where the run's held-out prompts ran only the chosen settings."""
+    if not a.get("meta", {}).get("config", {}).get("held_out", {}).get("prompts"):
+        return ""
+    return (" This run's held-out prompts ran only the settings their languages chose ([held_out] prompts): "
+            "a drafter's held-out numbers cover the languages that chose it, not every language.")
+
+
 def _setting_blocks(a: dict[str, Any]) -> list[Block]:
     """Per drafter over languages, every cell, the cross-task matrix, what int8 costs."""
     corpus = a.get("corpus", {})
@@ -288,10 +296,7 @@ def _setting_blocks(a: dict[str, Any]) -> list[Block]:
         caption=f"Each drafter at its best γ per language: {HELD_OUT_GAMMA}. The worst language is picked, "
         "like the headline's, by its speedup on the choosing prompts, and shown with that speedup and its "
         "held-out one, which can lie above the held-out mean (a language slow on the prompts that chose it "
-        "need not be slow on the others); the last column is the lowest held-out speedup of any language."
-        + (" This run's held-out prompts ran only the settings their languages chose ([held_out] prompts): "
-           "a drafter's held-out numbers cover the languages that chose it, not every language."
-           if a.get("meta", {}).get("config", {}).get("held_out", {}).get("prompts") else ""),
+        "need not be slow on the others); the last column is the lowest held-out speedup of any language." + _held_out_scope(a),
     ))  # fmt: skip
 
     # --- full table ---
