@@ -72,8 +72,7 @@ def plan_stages(cfg: ExperimentConfig, available: dict[str, list[str]], records:
     neither stored nor in ``skip`` (a prompt the task lacks, a drafter that cannot be built),
     else stage 1's and stage 2's, whose settings ``chosen_settings`` decides from the stored
     choosing prompts. ``available[lang]`` are the setting names that could be built."""
-    first = set(choosing_prompts(cfg))
-    stage1 = [it for it in plan(cfg, available, _counts(cfg, cfg.prompts_per_cell)) if it.prompt_index in first]
+    stage1 = _stage1(cfg, available)
     done = {(r.language, r.task, r.drafter, r.gamma, r.prompt_index, r.seed) for r in records}
     if any(it.key not in done and it.key not in skip for it in stage1):
         return stage1
@@ -89,12 +88,16 @@ def estimated_items(cfg: ExperimentConfig, available: dict[str, list[str]]) -> l
     decoding and each language's first setting standing in for the one it will choose (the
     router's choice adds a setting where it differs from the best choosing speedup)."""
     first = {lang: names[:1] for lang, names in available.items()}
-    stage1 = [it for it in plan(cfg, available, _counts(cfg, cfg.prompts_per_cell))
-              if it.prompt_index in set(choosing_prompts(cfg))]  # fmt: skip
-    one_gamma = cfg.gammas[0]
+    second, one_gamma = set(held_out_prompts(cfg)), cfg.gammas[0]
     stage2 = [it for it in plan(cfg, first, _counts(cfg, 2 * cfg.held_out.prompts))
-              if it.prompt_index in set(held_out_prompts(cfg)) and it.gamma in (0, one_gamma)]  # fmt: skip
-    return stage1 + stage2
+              if it.prompt_index in second and it.gamma in (0, one_gamma)]  # fmt: skip
+    return _stage1(cfg, available) + stage2
+
+
+def _stage1(cfg: ExperimentConfig, available: dict[str, list[str]]) -> list[WorkItem]:
+    """Stage 1's items: the choosing prompts with plain decoding and every available setting."""
+    first = set(choosing_prompts(cfg))
+    return [it for it in plan(cfg, available, _counts(cfg, cfg.prompts_per_cell)) if it.prompt_index in first]
 
 
 def _counts(cfg: ExperimentConfig, n: int) -> dict[Cell, int]:
