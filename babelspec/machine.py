@@ -85,6 +85,8 @@ def execution_plan(target: Any) -> dict[str, Any]:
                             "cache": dtype_name(cache) if cache is not None else weights}  # fmt: skip
     if getattr(target, "precision", None):
         plan["precision"] = target.precision
+    if getattr(impl, "product_kernel", None):  # the gguf mode: products on the file's blocks
+        plan["weights"], plan["kernel"] = "gguf", impl.product_kernel
     if getattr(impl, "exact", False):
         plan["exact"] = EXACT_BF16
     else:
@@ -100,6 +102,8 @@ def describe_plan(plan: dict[str, Any] | None) -> str:
         return ""
     parts = [f"{plan.get('forward', '?')} forward", "C glue" if plan.get("glue") else "no C glue",
              f"{plan.get('cache', '?')} KV cache"]
+    if plan.get("kernel"):
+        parts.append(f"{plan['weights']} weights ({plan['kernel']} kernel)")
     if plan.get("exact"):
         parts.append(f"exact: {plan['exact']}")
     if plan.get("head"):

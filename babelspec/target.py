@@ -9,10 +9,11 @@ from typing import Any
 import torch
 
 from babelspec.forward import CACHE_ONLY, ForwardOptions, HeadRequest, LeanGemma3
+from babelspec.forward.gguf import use_gguf
 from babelspec.forward.options import HEADS
 from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
-from babelspec.models import DEFAULT_TARGET, load_model
+from babelspec.models import DEFAULT_TARGET, gguf_source, load_model
 
 
 class Target(CausalLM):
@@ -58,7 +59,7 @@ class Target(CausalLM):
         return self.forward(tokens, parents=parents, head=head)
 
 
-PRECISIONS = ("w8a8",)  # target modes beside the loaded dtype's own
+PRECISIONS = ("w8a8", "gguf")  # target modes beside the loaded dtype's own
 
 
 def load_target(
@@ -71,6 +72,7 @@ def load_target(
     head: str = "full",
     forward: str | None = None,
     options: ForwardOptions | None = None,
+    kernel: str = "auto",
 ) -> Target:
     """The verifier for a model spec (a preset, local path or hub name; see ``models.load_model``).
 
@@ -80,6 +82,12 @@ def load_target(
     activations (``forward.w8a8.quantize_w8a8``), calibrated on the bundled corpora's training pairs.
     Speculative decoding stays lossless with respect to this model: a block's rows get the bits
     they get alone.
+
+    ``precision="gguf"``: the file's own model, for a GGUF preset or a ``.gguf`` path: every
+    product and the output head on the file's quantized blocks (``forward.gguf``), each read once
+    for all rows of a block, with activations quantized per row as llama.cpp quantizes them;
+    ``kernel`` picks the product's path (``forward.qmm.KERNELS``: ``auto``, each instruction set,
+    ``torch``), every one with the same bits.
 
     ``head="certified"``: the bf16 target's greedy and top-k rows take the certified head
     (``forward.certified``): the same logits where they matter, from an int8 pass.
@@ -91,12 +99,12 @@ def load_target(
                          "or none for the loaded dtype's own")  # fmt: skip
     if head not in HEADS:
         raise ValueError(f"unknown output head {head!r}; use one of {', '.join(HEADS)}")
-    if head == "certified" and precision is not None:
-        raise ValueError("the certified head belongs to the bf16 target; use it without precision='w8a8'")
     if head == "certified" and dtype in (None, "auto"):
         dtype = "bfloat16"
-    if precision == "w8a8" and dtype in (None, "auto"):
-        dtype = "bfloat16"  # the mode is made from the bf16 model
+    if precision is not None and head == "certified":
+        raise ValueError(f"the certified head belongs to the bf16 target; use it without precision={precision!r}")
+    if precision in PRECISIONS and dtype in (None, "auto"):
+        dtype = "bfloat16"  # the modes are made from the bf16 model
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
     if options is not None or head != "full":
         options = replace(options if options is not None else ForwardOptions(), head=head)
@@ -107,6 +115,15 @@ def load_target(
                              "attention, not forward='hf')")  # fmt: skip
         quantize_w8a8(target.impl, lambda: calibrate(target))
         target.name += " (w8a8)"
+        target.precision = precision
+        target.reset()
+    if precision == "gguf":
+        if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
+            raise ValueError("a gguf target needs the lean forward on the CPU (a Gemma-3 text model under eager "
+                             "attention, not forward='hf')")  # fmt: skip
+        with gguf_source(spec) as path:
+            use_gguf(target.impl, path, kernel)
+        target.name += " (gguf)"
         target.precision = precision
         target.reset()
     return target

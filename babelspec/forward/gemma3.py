@@ -184,6 +184,11 @@ class LeanGemma3(Forward):
         return self.forward_many([Block(ids, cache, logits_to_keep, parents, head)])[0]
 
     @property
+    def product_kernel(self) -> str | None:
+        """The quantized products' path where the products run on a GGUF's blocks (``forward.gguf``)."""
+        return getattr(getattr(self.logits_of, "project", None), "kernel_used", None)
+
+    @property
     def certifies_head(self) -> bool:
         return getattr(self.logits_of, "certified", None) is not None
 

@@ -61,13 +61,13 @@ def _compiler() -> tuple[str, str]:
     return compiler, (version.splitlines() or [""])[0]
 
 
-def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
+def build(source: Path = SOURCE, out_dir: Path | None = None, flags: tuple[str, ...] = FLAGS) -> Path:
     """Compile ``source`` into a shared library named by what made it: the source, the compiler
     and its version, the flags and the platform (kept: a second call finds it; another compiler
     or machine builds its own), written under a temporary name and renamed, so a crash leaves no
     partial file."""
     compiler, version = _compiler()
-    key = b"\0".join([source.read_bytes(), compiler.encode(), version.encode(), " ".join(FLAGS).encode(),
+    key = b"\0".join([source.read_bytes(), compiler.encode(), version.encode(), " ".join(flags).encode(),
                       platform.platform().encode(), platform.machine().encode()])  # fmt: skip
     out_dir = out_dir or cache_dir() / "native"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -77,7 +77,7 @@ def build(source: Path = SOURCE, out_dir: Path | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *FLAGS, "-o", tmp, str(source), "-lm", "-lpthread"],
+        done = subprocess.run([compiler, *flags, "-o", tmp, str(source), "-lm", "-lpthread"],
                               capture_output=True, text=True)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed on {source.name}: {done.stderr.strip()[-2000:]}")

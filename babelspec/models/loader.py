@@ -7,10 +7,12 @@ local directory (seconds, memory-mapped).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +213,24 @@ def resolve(spec: str, dtype: torch.dtype | None = None) -> tuple[str, str]:
     if _looks_like_hub_name(spec):
         return "hub", spec
     raise PresetError(_unknown_message(spec))
+
+
+@contextlib.contextmanager
+def gguf_source(spec: str) -> Iterator[Path]:
+    """The GGUF file a model spec was made from, for as long as the context lasts: a packaged
+    preset's, assembled from its parts into a temporary folder, or a ``.gguf`` path itself.
+    Any other spec has none: a PresetError says what to give instead."""
+    spec = spec.strip() if isinstance(spec, str) else spec
+    if spec in PRESETS and PRESETS[spec].source == "gguf-package":
+        with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".gguf-") as tmp:
+            yield GGUF_LOCATORS[spec](Path(tmp))
+        return
+    path = Path(str(spec)).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        yield path.resolve()
+        return
+    raise PresetError(f"{spec!r} is not a GGUF model: the gguf mode computes on a GGUF file's own blocks; give a "
+                      "packaged preset (gemma-3-270m) or a .gguf file, or leave the mode out for bfloat16")
 
 
 def _hub_failure(spec: str, hub_id: str, err: Exception) -> PresetError:

@@ -1,0 +1,79 @@
+"""The ``gguf`` target mode as a step applied to a built forward: every linear product and the
+tied output head of a Gemma-3 lean forward computed on the GGUF file's own quantized blocks
+(``forward.qmm``), the rest (embedding lookup, norms, attention) as in the bf16 forward.
+
+The file's model, not a rounding of it: bf16 weights are the file's values rounded to 8 bits of
+mantissa, these products read the file's codes and scales themselves, with activations quantized
+per row per group of 32 (16 for Q6_K) to int8, as llama.cpp's CPU products quantize them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from babelspec.forward.gemma3 import LeanGemma3
+from babelspec.forward.kernels import OutputHead
+from babelspec.forward.qmm import KERNELS, QProduct, QuantError, QWeight, repack
+
+# the lean forward's products -> the GGUF tensors stacked into each (per layer ``blk.N.``)
+PRODUCTS = {"qkv": ("attn_q", "attn_k", "attn_v"), "o": ("attn_output",), "gate_up": ("ffn_gate", "ffn_up"),
+            "down": ("ffn_down",)}  # fmt: skip
+
+
+def read_gguf(path: Path, layers: int) -> dict[str, QWeight]:
+    """The product weights of a Gemma-3 GGUF, repacked: ``blk.N.attn_q`` .. and ``output`` (the
+    output head: the file's ``output.weight``, or its tied ``token_embd.weight``)."""
+    from gguf import GGUFReader
+
+    try:
+        reader = GGUFReader(str(path))
+    except (OSError, ValueError) as err:
+        raise QuantError(f"cannot read {path} as a GGUF file ({err}); give the .gguf the model was loaded from") from None
+    tensors = {t.name.removesuffix(".weight"): t for t in reader.tensors}
+    names = [f"blk.{i}.{part}" for i in range(layers) for parts in PRODUCTS.values() for part in parts]
+    head = "output" if "output" in tensors else "token_embd"
+    missing = [name for name in [*names, head] if name not in tensors]
+    if missing:
+        raise QuantError(f"{path} lacks {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}: not the "
+                         "GGUF of this Gemma-3 model")  # fmt: skip
+    out = {}
+    for name in [*names, head]:
+        t = tensors[name]
+        k, n = (int(v) for v in t.shape)
+        out["output" if name == head else name] = repack(t.tensor_type.name, t.data, n, k, name)
+    return out
+
+
+def use_gguf(forward: LeanGemma3, path: Path, kernel: str = "auto") -> None:
+    """Turn a bf16 target's lean forward into the GGUF file's model, in place: each layer's
+    products and the output head on ``QProduct`` over the file's blocks. ``kernel``: one of
+    ``qmm.KERNELS`` (``auto``: the best this CPU runs)."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown quantized kernel {kernel!r}; use one of {', '.join(KERNELS)}")
+    if not isinstance(forward.logits_of, OutputHead) or forward.quantize is not None:
+        raise ValueError("the gguf mode applies to a target's own forward (a drafter's head or int8 layers are not)")
+    if forward.dtype != torch.bfloat16 or not forward.exact:
+        raise ValueError(f"the gguf mode runs on the bf16 lean forward; this one is {forward.dtype} (load the model "
+                         "with dtype='bfloat16')")  # fmt: skip
+    if forward.logits_of.certified is not None:
+        raise ValueError("the certified head belongs to the bf16 target; use head='full' with the gguf mode")
+    weights = read_gguf(path, len(forward.layers))
+    config = forward.body.config
+    expect = {"qkv": (forward.heads + 2 * forward.kv_heads) * forward.head_dim, "o": config.hidden_size,
+              "gate_up": 2 * config.intermediate_size, "down": config.hidden_size}  # fmt: skip
+    for i, layer in enumerate(forward.layers):
+        for kind, parts in PRODUCTS.items():
+            product = QProduct([weights[f"blk.{i}.{part}"] for part in parts], kernel)
+            if product.n != expect[kind]:
+                raise QuantError(f"{path}: layer {i}'s {kind} gives {product.n} outputs, the model {expect[kind]}: "
+                                 "not the GGUF of this model")  # fmt: skip
+            setattr(layer, kind, product)
+    head = QProduct([weights["output"]], kernel, out_dtype=torch.float32)  # logits unrounded, as llama.cpp's
+    if head.n != forward.logits_of.weight.shape[0]:
+        raise QuantError(f"{path}: the output head has {head.n} rows, the model's vocabulary {forward.logits_of.weight.shape[0]}")
+    forward.logits_of.project = head
+    forward.quantize = "gguf"
+    forward._batch_rows.clear()
+    forward._exact_rows = None

@@ -1,0 +1,491 @@
+/* Products on a GGUF's own quantized blocks (babelspec.forward.qmm): out = x @ W^T for a block of
+ * rows x (bf16) and a weight W held as the file holds it, an integer code per weight and a scale
+ * (and for Q4_K an offset) per group of 16 or 32 inputs, repacked at load into panels that stream.
+ *
+ * Each weight panel is read from memory once per call for every row of the block, and each
+ * output's arithmetic is fixed whatever the block, the thread count or the instruction set:
+ *   - each row is quantized on its own, per group of G inputs, to int8 (d = amax / 127, q = x / d
+ *     rounded to nearest even), as llama.cpp quantizes activations (its Q8_0, finer than Q8_K);
+ *   - a group's dot product of codes is a sum of integers: exact in any order (I = sum u*q - z*Q,
+ *     Q = sum q, |I| < 2^24);
+ *   - the float steps follow in one order, without contraction into FMA (-ffp-contract=off):
+ *     t = s*d; v = t*I; [v = v - (o*d)*Q]; acc = acc + v, over the groups in ascending order;
+ *   - the sum rounds to bf16 to nearest even.
+ * So a row of any block gets the bits of the row alone, and the AVX-512 VNNI, AVX2 and portable
+ * paths (and the torch form in qmm.py) give the same bits. Threads split the output panels,
+ * never the inputs. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+typedef uint16_t bf16;
+#define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
+#define ROW_TILE 8 /* rows whose sums stay in registers; more rows re-read the panel from cache */
+#define MAX_PARTS 4
+#define MAX_THREADS 64
+
+static inline float to_f(bf16 b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline bf16 to_bf(float f) { /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);
+    return (bf16)(u >> 16);
+}
+
+/* One weight as repacked (qmm.py): n outputs (a multiple of 16), k inputs, groups of g (16 or 32).
+ * codes: uint8 [n/16][k/4][16][4] (panel, input quad, column, input); scales: [n/16][k/g][16]
+ * as float16 (half != 0) or float32; offsets: float32 like scales, or NULL; zero: the code of 0. */
+typedef struct {
+    long n, k, g, zero, half;
+    const uint8_t *codes;
+    const void *scales;
+    const float *offsets;
+} qweight;
+
+/* A block's rows quantized per group of g: q [m][k] int8, d [m][k/g] float, sums [m][k/g] int32. */
+typedef struct {
+    long m, k, g;
+    const int8_t *q;
+    const float *d;
+    const int32_t *sums;
+} qrows;
+
+static void quantize_rows(long m, long k, long g, const bf16 *x, long stride, int8_t *q, float *d, int32_t *sums) {
+    for (long r = 0; r < m; r++) {
+        for (long b = 0; b < k / g; b++) {
+            const bf16 *xs = x + r * stride + b * g;
+            float amax = 0.0f;
+            for (long i = 0; i < g; i++) {
+                float a = to_f(xs[i]);
+                a = a < 0 ? -a : a;
+                amax = a > amax ? a : amax;
+            }
+            float scale = amax / 127.0f;
+            float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+            int32_t sum = 0;
+            for (long i = 0; i < g; i++) {
+                float v = __builtin_rintf(to_f(xs[i]) * inv); /* nearest even under the default mode */
+                v = v > 127.0f ? 127.0f : (v < -127.0f ? -127.0f : v);
+                q[r * k + b * g + i] = (int8_t)v;
+                sum += (int32_t)v;
+            }
+            d[r * (k / g) + b] = scale;
+            sums[r * (k / g) + b] = sum;
+        }
+    }
+}
+
+static inline float scale_of(const qweight *w, long index) {
+    if (w->half) {
+        uint16_t h = ((const uint16_t *)w->scales)[index];
+#if defined(__x86_64__) && defined(__F16C__)
+        return _cvtsh_ss(h);
+#else
+        uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, u;
+        if (exp == 0x1f) u = sign | 0x7f800000u | (man << 13);
+        else if (exp != 0) u = sign | ((exp + 112) << 23) | (man << 13);
+        else if (man == 0) u = sign;
+        else { /* subnormal half: normalise */
+            exp = 113;
+            while (!(man & 0x400)) man <<= 1, exp--;
+            u = sign | (exp << 23) | ((man & 0x3ff) << 13);
+        }
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+#endif
+    }
+    return ((const float *)w->scales)[index];
+}
+
+/* Panels p0..p1 of w for every row, portable C: the reference order of operations. */
+static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride, int out_f32) {
+    long groups = w->k / w->g;
+    for (long p = p0; p < p1; p++) {
+        for (long r = 0; r < a->m; r++) {
+            float acc[PANEL] = {0};
+            for (long b = 0; b < groups; b++) {
+                float d = a->d[r * groups + b];
+                int32_t qsum = a->sums[r * groups + b];
+                for (long c = 0; c < PANEL; c++) {
+                    int32_t isum = 0;
+                    for (long i = 0; i < w->g; i++) {
+                        long kk = b * w->g + i;
+                        isum += (int32_t)w->codes[((p * (w->k / 4) + kk / 4) * PANEL + c) * 4 + kk % 4] *
+                                (int32_t)a->q[r * w->k + kk];
+                    }
+                    isum -= (int32_t)w->zero * qsum;
+                    long at = (p * groups + b) * PANEL + c;
+                    float t = scale_of(w, at) * d;
+                    float v = t * (float)isum;
+                    if (w->offsets) {
+                        float t2 = w->offsets[at] * d;
+                        v = v - t2 * (float)qsum;
+                    }
+                    acc[c] = acc[c] + v;
+                }
+            }
+            for (long c = 0; c < PANEL; c++) {
+                if (out_f32) ((float *)out)[r * out_stride + p * PANEL + c] = acc[c];
+                else ((bf16 *)out)[r * out_stride + p * PANEL + c] = to_bf(acc[c]);
+            }
+        }
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), always_inline)) inline
+#define AVX512_ENTRY __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noinline))
+#define AVX2 __attribute__((target("avx2,f16c,fma"), always_inline)) inline
+#define AVX2_ENTRY __attribute__((target("avx2,f16c,fma"), noinline))
+
+static AVX512 __m512 scales16_512(const qweight *w, long index) {
+    if (w->half) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w->scales + index)));
+    return _mm512_loadu_ps((const float *)w->scales + index);
+}
+
+static AVX512 __m512i bf16_round_512(__m512 f) { /* to_bf on 16 lanes, as 16 uint32 */
+    __m512i u = _mm512_castps_si512(f);
+    __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    __m512i n = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+    return _mm512_mask_mov_epi32(r, nan, n);
+}
+
+/* rt rows (a compile-time constant after inlining) of one panel; rows r0..r0+rt */
+static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, const int rt, void *out,
+                            long out_stride, int out_f32) {
+    long groups = w->k / w->g, quads = w->g / 4;
+    const uint8_t *codes = w->codes + p * (w->k / 4) * PANEL * 4;
+    __m512 acc[ROW_TILE];
+    for (int r = 0; r < rt; r++) acc[r] = _mm512_setzero_ps();
+    __m512i zero = _mm512_set1_epi32((int)w->zero);
+    for (long b = 0; b < groups; b++) {
+        __m512i isum[ROW_TILE];
+        for (int r = 0; r < rt; r++) isum[r] = _mm512_setzero_si512();
+        for (long j = 0; j < quads; j++) {
+            __m512i wq = _mm512_loadu_si512((const void *)(codes + (b * quads + j) * 64));
+            for (int r = 0; r < rt; r++) {
+                int32_t four;
+                memcpy(&four, a->q + (r0 + r) * w->k + b * w->g + j * 4, 4);
+                isum[r] = _mm512_dpbusd_epi32(isum[r], wq, _mm512_set1_epi32(four));
+            }
+        }
+        long at = (p * groups + b) * PANEL;
+        __m512 s = scales16_512(w, at);
+        __m512 o = w->offsets ? _mm512_loadu_ps(w->offsets + at) : _mm512_setzero_ps();
+        for (int r = 0; r < rt; r++) {
+            long ai = (r0 + r) * groups + b;
+            __m512 d = _mm512_set1_ps(a->d[ai]);
+            __m512i qsum = _mm512_set1_epi32(a->sums[ai]);
+            __m512i i = _mm512_sub_epi32(isum[r], _mm512_mullo_epi32(zero, qsum));
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(s, d), _mm512_cvtepi32_ps(i));
+            if (w->offsets) v = _mm512_sub_ps(v, _mm512_mul_ps(_mm512_mul_ps(o, d), _mm512_cvtepi32_ps(qsum)));
+            acc[r] = _mm512_add_ps(acc[r], v);
+        }
+    }
+    for (int r = 0; r < rt; r++) {
+        if (out_f32) _mm512_storeu_ps((float *)out + (r0 + r) * out_stride + p * PANEL, acc[r]);
+        else _mm256_storeu_si256((__m256i *)((bf16 *)out + (r0 + r) * out_stride + p * PANEL),
+                                 _mm512_cvtepi32_epi16(bf16_round_512(acc[r])));
+    }
+}
+
+static AVX512_ENTRY void panels_512(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
+                                     int out_f32) {
+    for (long p = p0; p < p1; p++) {
+        long r0 = 0;
+        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_512(w, a, p, r0, ROW_TILE, out, out_stride, out_f32);
+        switch (a->m - r0) {
+        case 1: tile_512(w, a, p, r0, 1, out, out_stride, out_f32); break;
+        case 2: tile_512(w, a, p, r0, 2, out, out_stride, out_f32); break;
+        case 3: tile_512(w, a, p, r0, 3, out, out_stride, out_f32); break;
+        case 4: tile_512(w, a, p, r0, 4, out, out_stride, out_f32); break;
+        case 5: tile_512(w, a, p, r0, 5, out, out_stride, out_f32); break;
+        case 6: tile_512(w, a, p, r0, 6, out, out_stride, out_f32); break;
+        case 7: tile_512(w, a, p, r0, 7, out, out_stride, out_f32); break;
+        default: break;
+        }
+    }
+}
+
+/* AVX2: a panel's 16 columns as two halves of 8. The codes widen to int16 (u8 codes times s8
+ * activations overflow vpmaddubsw's int16 pairs), vpmaddwd sums input pairs, vphaddd the pairs of
+ * pairs: the int32 lanes then hold columns 0 1 4 5 | 2 3 6 7, put in order once per group (the
+ * sums are integers, exact in any order). */
+static AVX2 __m256 scales8_256(const qweight *w, long index) {
+    if (w->half) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w->scales + index)));
+    return _mm256_loadu_ps((const float *)w->scales + index);
+}
+
+static AVX2 __m256i bf16_round_256(__m256 f) {
+    __m256i u = _mm256_castps_si256(f);
+    __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+    __m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i n = _mm256_or_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(0x40));
+    return _mm256_blendv_epi8(r, n, nan);
+}
+
+static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, const int rt, void *out,
+                          long out_stride, int out_f32) {
+    long groups = w->k / w->g, quads = w->g / 4;
+    const uint8_t *codes = w->codes + p * (w->k / 4) * PANEL * 4;
+    const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for (int half = 0; half < 2; half++) {
+        __m256 acc[ROW_TILE];
+        for (int r = 0; r < rt; r++) acc[r] = _mm256_setzero_ps();
+        for (long b = 0; b < groups; b++) {
+            __m256i isum[ROW_TILE];
+            for (int r = 0; r < rt; r++) isum[r] = _mm256_setzero_si256();
+            for (long j = 0; j < quads; j++) {
+                const uint8_t *wj = codes + (b * quads + j) * 64 + half * 32;
+                __m256i w03 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)wj));
+                __m256i w47 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(wj + 16)));
+                for (int r = 0; r < rt; r++) {
+                    const int8_t *aq = a->q + (r0 + r) * w->k + b * w->g + j * 4;
+                    __m256i four = _mm256_set_epi16(aq[3], aq[2], aq[1], aq[0], aq[3], aq[2], aq[1], aq[0], aq[3],
+                                                    aq[2], aq[1], aq[0], aq[3], aq[2], aq[1], aq[0]);
+                    __m256i s = _mm256_hadd_epi32(_mm256_madd_epi16(w03, four), _mm256_madd_epi16(w47, four));
+                    isum[r] = _mm256_add_epi32(isum[r], s);
+                }
+            }
+            for (int r = 0; r < rt; r++) isum[r] = _mm256_permutevar8x32_epi32(isum[r], order);
+            long at = (p * groups + b) * PANEL + half * 8;
+            __m256 s = scales8_256(w, at);
+            __m256 o = w->offsets ? _mm256_loadu_ps(w->offsets + at) : _mm256_setzero_ps();
+            __m256i zero = _mm256_set1_epi32((int)w->zero);
+            for (int r = 0; r < rt; r++) {
+                long ai = (r0 + r) * groups + b;
+                __m256 d = _mm256_set1_ps(a->d[ai]);
+                __m256i qsum = _mm256_set1_epi32(a->sums[ai]);
+                __m256i i = _mm256_sub_epi32(isum[r], _mm256_mullo_epi32(zero, qsum));
+                __m256 v = _mm256_mul_ps(_mm256_mul_ps(s, d), _mm256_cvtepi32_ps(i));
+                if (w->offsets) v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(o, d), _mm256_cvtepi32_ps(qsum)));
+                acc[r] = _mm256_add_ps(acc[r], v);
+            }
+        }
+        for (int r = 0; r < rt; r++) {
+            long at = (r0 + r) * out_stride + p * PANEL + half * 8;
+            if (out_f32) {
+                _mm256_storeu_ps((float *)out + at, acc[r]);
+                continue;
+            }
+            __m256i b16 = bf16_round_256(acc[r]);
+            __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(b16), _mm256_extracti128_si256(b16, 1));
+            _mm_storeu_si128((__m128i *)((bf16 *)out + at), packed);
+        }
+    }
+}
+
+static AVX2_ENTRY void panels_256(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
+                                     int out_f32) {
+    for (long p = p0; p < p1; p++) {
+        long r0 = 0;
+        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_256(w, a, p, r0, ROW_TILE, out, out_stride, out_f32);
+        switch (a->m - r0) {
+        case 1: tile_256(w, a, p, r0, 1, out, out_stride, out_f32); break;
+        case 2: tile_256(w, a, p, r0, 2, out, out_stride, out_f32); break;
+        case 3: tile_256(w, a, p, r0, 3, out, out_stride, out_f32); break;
+        case 4: tile_256(w, a, p, r0, 4, out, out_stride, out_f32); break;
+        case 5: tile_256(w, a, p, r0, 5, out, out_stride, out_f32); break;
+        case 6: tile_256(w, a, p, r0, 6, out, out_stride, out_f32); break;
+        case 7: tile_256(w, a, p, r0, 7, out, out_stride, out_f32); break;
+        default: break;
+        }
+    }
+}
+#endif
+
+enum { ISA_PORTABLE = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+
+/* The best path this CPU runs (what ``isa < 0`` picks). */
+long bs_qmm_best_isa(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+        return ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return ISA_AVX2;
+#endif
+    return ISA_PORTABLE;
+}
+
+typedef struct {
+    long nparts;
+    qweight parts[MAX_PARTS];
+    const qrows *rows[MAX_PARTS];
+    long first_panel[MAX_PARTS + 1]; /* the stacked output's panels, part by part */
+    void *out;
+    long out_stride, out_f32, isa, threads;
+} job_t;
+
+static void run_slice(const job_t *job, long t) {
+    long total = job->first_panel[job->nparts];
+    long p0 = total * t / job->threads, p1 = total * (t + 1) / job->threads;
+    for (long part = 0; part < job->nparts; part++) {
+        long lo = job->first_panel[part], hi = job->first_panel[part + 1];
+        long a = p0 > lo ? p0 : lo, b = p1 < hi ? p1 : hi;
+        if (a >= b) continue;
+        const qweight *w = &job->parts[part];
+        /* the part's first column in the stacked output */
+        void *out = (char *)job->out + lo * PANEL * (job->out_f32 ? 4 : 2);
+        int f32 = (int)job->out_f32;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (job->isa == ISA_AVX512) { panels_512(w, job->rows[part], a - lo, b - lo, out, job->out_stride, f32); continue; }
+        if (job->isa == ISA_AVX2) { panels_256(w, job->rows[part], a - lo, b - lo, out, job->out_stride, f32); continue; }
+#endif
+        panels_portable(w, job->rows[part], a - lo, b - lo, out, job->out_stride, f32);
+    }
+}
+
+#if defined(_OPENMP)
+#include <omp.h>
+/* Built with OpenMP, the library shares the OpenMP runtime torch loaded (libgomp.so.1 is loaded
+ * once per process): the product's threads are torch's own, which keeps them from contending with
+ * torch's threads spinning between operations. */
+static void run(job_t *job) {
+    if (job->threads == 1) {
+        run_slice(job, 0);
+        return;
+    }
+#pragma omp parallel num_threads(job->threads)
+    {
+        if (omp_get_num_threads() == job->threads) run_slice(job, omp_get_thread_num());
+        else if (omp_get_thread_num() == 0) { /* fewer threads granted: the slices follow them */
+            job->threads = 1;
+            run_slice(job, 0);
+        }
+    }
+}
+#else
+/* Without OpenMP: a pool of worker threads kept between calls: a product of a decode step lasts 10-500 µs, about
+ * what creating a thread costs. Workers spin a while for the next call, then sleep. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    const job_t *job;
+    atomic_long generation, pending;
+    long started;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
+
+#define SPIN 200000
+
+static void *worker(void *arg) {
+    long index = (long)(intptr_t)arg, seen = 0;
+    for (;;) {
+        long spins = 0;
+        while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen && spins < SPIN) {
+#if defined(__x86_64__)
+            _mm_pause();
+#endif
+            spins++;
+        }
+        if (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
+        const job_t *job = pool.job;
+        if (index < job->threads) {
+            run_slice(job, index);
+            atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel);
+        }
+    }
+    return NULL;
+}
+
+static void forget_workers(void) { pool.started = 1; } /* a forked child has none of them */
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_workers); }
+
+static void run(job_t *job) {
+    pthread_once(&atfork_once, register_atfork);
+    if (pool.started < 1) pool.started = 1;
+    while (pool.started < job->threads) {
+        pthread_t id;
+        if (pthread_create(&id, NULL, worker, (void *)(intptr_t)pool.started) != 0) break;
+        pthread_detach(id);
+        pool.started++;
+    }
+    if (job->threads > pool.started) job->threads = pool.started; /* the slices follow the threads had */
+    if (job->threads == 1) {
+        run_slice(job, 0);
+        return;
+    }
+    pool.job = job;
+    atomic_store(&pool.pending, job->threads - 1);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_acq_rel);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    run_slice(job, 0);
+    while (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0) {
+#if defined(__x86_64__)
+        _mm_pause();
+#endif
+    }
+}
+
+#endif
+
+/* out[m][columns] (bf16, or float32 where out_f32: the sums before their rounding; rows out_stride apart) = x[m][k] (bf16, rows stride apart) times the
+ * stacked weights' parts side by side. Each part: n, g, zero, half, codes, scales, offsets (NULL
+ * for none). ``scratch``: at least m * k * 2 bytes + 2 * m * (k / 16) * 4 * 2. isa: -1 the best
+ * this CPU runs, else 0 portable, 1 AVX2, 2 AVX-512 VNNI (one the CPU lacks gives -1).
+ * Returns 0, or -1. */
+int bs_qmm(long m, long k, const bf16 *x, long stride, long nparts, const long *n, const long *g, const long *zero,
+           const long *half, const void *const *codes, const void *const *scales, const void *const *offsets,
+           void *out, long out_stride, long out_f32, long threads, long isa, void *scratch) {
+    long best = bs_qmm_best_isa();
+    if (isa < 0) isa = best;
+    if (isa > best || nparts < 1 || nparts > MAX_PARTS || k % 32 != 0) return -1;
+    job_t job;
+    job.nparts = nparts, job.out = out, job.out_stride = out_stride, job.out_f32 = out_f32, job.isa = isa;
+    qrows rows[2]; /* per group of 32, and of 16 where a part needs it */
+    char *s = (char *)scratch;
+    for (int which = 0; which < 2; which++) {
+        long gs = which == 0 ? 32 : 16;
+        int used = 0;
+        for (long i = 0; i < nparts; i++) used |= g[i] == gs;
+        if (!used) continue;
+        int8_t *q = (int8_t *)s;
+        s += m * k;
+        float *d = (float *)s;
+        s += m * (k / gs) * 4;
+        int32_t *sums = (int32_t *)s;
+        s += m * (k / gs) * 4;
+        quantize_rows(m, k, gs, x, stride, q, d, sums);
+        rows[which] = (qrows){m, k, gs, q, d, sums};
+    }
+    job.first_panel[0] = 0;
+    for (long i = 0; i < nparts; i++) {
+        if (n[i] % PANEL != 0 || (g[i] != 16 && g[i] != 32)) return -1;
+        job.parts[i] = (qweight){n[i], k, g[i], zero[i], half[i], codes[i], scales[i], offsets[i]};
+        job.rows[i] = &rows[g[i] == 32 ? 0 : 1];
+        job.first_panel[i + 1] = job.first_panel[i] + n[i] / PANEL;
+    }
+    if (threads < 1) threads = 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > job.first_panel[nparts]) threads = job.first_panel[nparts];
+    job.threads = threads;
+    run(&job);
+    return 0;
+}
