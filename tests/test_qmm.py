@@ -4,6 +4,8 @@ gives every row of any block the same bits as the row alone, at 1, 2 and 3 threa
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import torch
@@ -93,6 +95,13 @@ def test_the_product_is_the_files_model_to_int8_activations() -> None:
         exact = x.double() @ torch.cat([w.dequantize() for w in parts]).double().T
         out = QProduct(parts, out_dtype=torch.float32).stacked(x[None])[0].double()
         assert ((out - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.02
+
+
+def test_the_product_is_built_where_a_c_compiler_is() -> None:
+    """Where a compiler runs, the C product is what runs (not the torch form, slower)."""
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert qmm.library() is not None
+        assert QProduct(_parts(seed=0)[1]).kernel_used != "torch"
 
 
 def test_a_kernel_the_cpu_lacks_or_a_wrong_input_is_refused_with_its_reason() -> None:

@@ -24,6 +24,7 @@
 #endif
 
 typedef uint16_t bf16;
+typedef int32_t quad __attribute__((may_alias, aligned(1))); /* 4 int8 activations read as one */
 #define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
 #define ROW_TILE 8 /* rows whose sums stay in registers; more rows re-read the panel from cache */
 #define MAX_PARTS 4
@@ -45,11 +46,16 @@ static inline bf16 to_bf(float f) { /* round to nearest even; NaN stays NaN */
 }
 
 /* One weight as repacked (qmm.py): n outputs (a multiple of 16), k inputs, groups of g (16 or 32).
- * codes: uint8 [n/16][k/4][16][4] (panel, input quad, column, input); scales: [n/16][k/g][16]
- * as float16 (half != 0) or float32; offsets: float32 like scales, or NULL; zero: the code of 0. */
+ * A quad's codes: 64 bytes, byte c*4+t the code of column c, input t of the quad's 4. bits 8: codes
+ * uint8 [n/16][k/4][64] (panel, input quad, byte). bits 4 or 5: two quads share 64 bytes, the
+ * first's codes in the low nibbles, the second's in the high ones, [n/16][k/8][64]; bits 5 adds
+ * high: uint64 [n/16][k/4], bit i of a quad's word the fifth bit of its byte i. scales:
+ * [n/16][k/g][16] as float16 (half != 0) or float32; offsets: float32 like scales, or NULL; zero:
+ * the code of 0. */
 typedef struct {
-    long n, k, g, zero, half;
+    long n, k, g, zero, half, bits;
     const uint8_t *codes;
+    const uint64_t *high;
     const void *scales;
     const float *offsets;
 } qweight;
@@ -110,6 +116,15 @@ static inline float scale_of(const qweight *w, long index) {
     return ((const float *)w->scales)[index];
 }
 
+/* The code of byte i of quad j of panel p. */
+static inline int32_t code_at(const qweight *w, long p, long j, long i) {
+    if (w->bits == 8) return w->codes[(p * (w->k / 4) + j) * 64 + i];
+    uint8_t pair = w->codes[(p * (w->k / 8) + j / 2) * 64 + i];
+    int32_t code = j % 2 ? pair >> 4 : pair & 0x0f;
+    if (w->bits == 5) code |= (int32_t)((w->high[p * (w->k / 4) + j] >> i) & 1) << 4;
+    return code;
+}
+
 /* Panels p0..p1 of w for every row, portable C: the reference order of operations. */
 static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride, int out_f32) {
     long groups = w->k / w->g;
@@ -123,8 +138,7 @@ static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, 
                     int32_t isum = 0;
                     for (long i = 0; i < w->g; i++) {
                         long kk = b * w->g + i;
-                        isum += (int32_t)w->codes[((p * (w->k / 4) + kk / 4) * PANEL + c) * 4 + kk % 4] *
-                                (int32_t)a->q[r * w->k + kk];
+                        isum += code_at(w, p, kk / 4, c * 4 + kk % 4) * (int32_t)a->q[r * w->k + kk];
                     }
                     isum -= (int32_t)w->zero * qsum;
                     long at = (p * groups + b) * PANEL + c;
@@ -166,23 +180,75 @@ static AVX512 __m512i bf16_round_512(__m512 f) { /* to_bf on 16 lanes, as 16 uin
     return _mm512_mask_mov_epi32(r, nan, n);
 }
 
+/* quantize_rows on 16 lanes: the same IEEE steps (a maximum, a division, a reciprocal, a product
+ * rounded to nearest even), so the same codes and scales. */
+static AVX512 __m512 bf16x16_512(const bf16 *x) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)x)), 16));
+}
+
+static AVX512_ENTRY void quantize_rows_512(long m, long k, long g, const bf16 *x, long stride, int8_t *q, float *d,
+                                           int32_t *sums) {
+    const __m512i hi = _mm512_set1_epi32(127), lo = _mm512_set1_epi32(-127);
+    for (long r = 0; r < m; r++) {
+        for (long b = 0; b < k / g; b++) {
+            const bf16 *xs = x + r * stride + b * g;
+            __m512 v0 = bf16x16_512(xs), v1 = g == 32 ? bf16x16_512(xs + 16) : _mm512_setzero_ps();
+            float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            float scale = amax / 127.0f;
+            float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+            __m512 vi = _mm512_set1_ps(inv);
+            __m512i q0 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvt_roundps_epi32(
+                _mm512_mul_ps(v0, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+            _mm_storeu_si128((__m128i *)(q + r * k + b * g), _mm512_cvtepi32_epi8(q0));
+            int32_t sum = _mm512_reduce_add_epi32(q0);
+            if (g == 32) {
+                __m512i q1 = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvt_roundps_epi32(
+                    _mm512_mul_ps(v1, vi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+                _mm_storeu_si128((__m128i *)(q + r * k + b * g + 16), _mm512_cvtepi32_epi8(q1));
+                sum += _mm512_reduce_add_epi32(q1);
+            }
+            d[r * (k / g) + b] = scale;
+            sums[r * (k / g) + b] = sum;
+        }
+    }
+}
+
+/* Quads j and j + 1 of panel p: 16 columns x 4 inputs of codes each. */
+static AVX512 void codes_512(const qweight *w, long p, long j, const int bits, __m512i *w0, __m512i *w1) {
+    if (bits == 8) {
+        const uint8_t *c = w->codes + (p * (w->k / 4) + j) * 64;
+        *w0 = _mm512_loadu_si512((const void *)c);
+        *w1 = _mm512_loadu_si512((const void *)(c + 64));
+        return;
+    }
+    __m512i v = _mm512_loadu_si512((const void *)(w->codes + (p * (w->k / 8) + j / 2) * 64));
+    __m512i low = _mm512_set1_epi8(0x0f);
+    *w0 = _mm512_and_si512(v, low);
+    *w1 = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    if (bits == 5) {
+        const uint64_t *h = w->high + p * (w->k / 4) + j;
+        __m512i sixteen = _mm512_set1_epi8(16);
+        *w0 = _mm512_mask_add_epi8(*w0, (__mmask64)h[0], *w0, sixteen);
+        *w1 = _mm512_mask_add_epi8(*w1, (__mmask64)h[1], *w1, sixteen);
+    }
+}
+
 /* rt rows (a compile-time constant after inlining) of one panel; rows r0..r0+rt */
-static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, const int rt, void *out,
-                            long out_stride, int out_f32) {
+static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, const int rt, const int bits,
+                            void *out, long out_stride, int out_f32) {
     long groups = w->k / w->g, quads = w->g / 4;
-    const uint8_t *codes = w->codes + p * (w->k / 4) * PANEL * 4;
     __m512 acc[ROW_TILE];
     for (int r = 0; r < rt; r++) acc[r] = _mm512_setzero_ps();
-    __m512i zero = _mm512_set1_epi32((int)w->zero);
     for (long b = 0; b < groups; b++) {
         __m512i isum[ROW_TILE];
         for (int r = 0; r < rt; r++) isum[r] = _mm512_setzero_si512();
-        for (long j = 0; j < quads; j++) {
-            __m512i wq = _mm512_loadu_si512((const void *)(codes + (b * quads + j) * 64));
-            for (int r = 0; r < rt; r++) {
-                int32_t four;
-                memcpy(&four, a->q + (r0 + r) * w->k + b * w->g + j * 4, 4);
-                isum[r] = _mm512_dpbusd_epi32(isum[r], wq, _mm512_set1_epi32(four));
+        for (long j = 0; j < quads; j += 2) {
+            __m512i w0, w1;
+            codes_512(w, p, b * quads + j, bits, &w0, &w1);
+            for (int r = 0; r < rt; r++) { /* each row's 4 + 4 activations broadcast from memory */
+                const quad *four = (const quad *)(a->q + (r0 + r) * w->k + b * w->g + j * 4);
+                isum[r] = _mm512_dpbusd_epi32(isum[r], w0, _mm512_set1_epi32(four[0]));
+                isum[r] = _mm512_dpbusd_epi32(isum[r], w1, _mm512_set1_epi32(four[1]));
             }
         }
         long at = (p * groups + b) * PANEL;
@@ -191,10 +257,9 @@ static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, c
         for (int r = 0; r < rt; r++) {
             long ai = (r0 + r) * groups + b;
             __m512 d = _mm512_set1_ps(a->d[ai]);
-            __m512i qsum = _mm512_set1_epi32(a->sums[ai]);
-            __m512i i = _mm512_sub_epi32(isum[r], _mm512_mullo_epi32(zero, qsum));
+            __m512i i = _mm512_sub_epi32(isum[r], _mm512_set1_epi32((int32_t)w->zero * a->sums[ai]));
             __m512 v = _mm512_mul_ps(_mm512_mul_ps(s, d), _mm512_cvtepi32_ps(i));
-            if (w->offsets) v = _mm512_sub_ps(v, _mm512_mul_ps(_mm512_mul_ps(o, d), _mm512_cvtepi32_ps(qsum)));
+            if (w->offsets) v = _mm512_sub_ps(v, _mm512_mul_ps(_mm512_mul_ps(o, d), _mm512_set1_ps((float)a->sums[ai])));
             acc[r] = _mm512_add_ps(acc[r], v);
         }
     }
@@ -205,22 +270,29 @@ static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, c
     }
 }
 
-static AVX512_ENTRY void panels_512(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
-                                     int out_f32) {
+static AVX512 void panels_512_bits(const qweight *w, const qrows *a, long p0, long p1, const int bits, void *out,
+                                   long out_stride, int out_f32) {
     for (long p = p0; p < p1; p++) {
         long r0 = 0;
-        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_512(w, a, p, r0, ROW_TILE, out, out_stride, out_f32);
+        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_512(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32);
         switch (a->m - r0) {
-        case 1: tile_512(w, a, p, r0, 1, out, out_stride, out_f32); break;
-        case 2: tile_512(w, a, p, r0, 2, out, out_stride, out_f32); break;
-        case 3: tile_512(w, a, p, r0, 3, out, out_stride, out_f32); break;
-        case 4: tile_512(w, a, p, r0, 4, out, out_stride, out_f32); break;
-        case 5: tile_512(w, a, p, r0, 5, out, out_stride, out_f32); break;
-        case 6: tile_512(w, a, p, r0, 6, out, out_stride, out_f32); break;
-        case 7: tile_512(w, a, p, r0, 7, out, out_stride, out_f32); break;
+        case 1: tile_512(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;
+        case 2: tile_512(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;
+        case 3: tile_512(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;
+        case 4: tile_512(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;
+        case 5: tile_512(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
+        case 6: tile_512(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
+        case 7: tile_512(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
         default: break;
         }
     }
+}
+
+static AVX512_ENTRY void panels_512(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
+                                     int out_f32) {
+    if (w->bits == 8) panels_512_bits(w, a, p0, p1, 8, out, out_stride, out_f32);
+    else if (w->bits == 5) panels_512_bits(w, a, p0, p1, 5, out, out_stride, out_f32);
+    else panels_512_bits(w, a, p0, p1, 4, out, out_stride, out_f32);
 }
 
 /* AVX2: a panel's 16 columns as two halves of 8. The codes widen to int16 (u8 codes times s8
@@ -242,10 +314,26 @@ static AVX2 __m256i bf16_round_256(__m256 f) {
     return _mm256_blendv_epi8(r, n, nan);
 }
 
-static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, const int rt, void *out,
-                          long out_stride, int out_f32) {
+/* Half h (columns 8h .. 8h+7) of quad j of panel p: 32 bytes of codes. */
+static AVX2 __m256i codes_256(const qweight *w, long p, long j, int h, const int bits) {
+    if (bits == 8) return _mm256_loadu_si256((const __m256i *)(w->codes + (p * (w->k / 4) + j) * 64 + h * 32));
+    __m256i v = _mm256_loadu_si256((const __m256i *)(w->codes + (p * (w->k / 8) + j / 2) * 64 + h * 32));
+    __m256i c = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+    if (bits == 5) { /* byte i gets 16 where bit i of the 32 is set */
+        uint32_t x = (uint32_t)(w->high[p * (w->k / 4) + j] >> (32 * h));
+        __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x),
+                                             _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL,
+                                                                0x0303030303030303LL));
+        __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+        __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+        c = _mm256_or_si256(c, _mm256_and_si256(set, _mm256_set1_epi8(16)));
+    }
+    return c;
+}
+
+static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, const int rt, const int bits,
+                          void *out, long out_stride, int out_f32) {
     long groups = w->k / w->g, quads = w->g / 4;
-    const uint8_t *codes = w->codes + p * (w->k / 4) * PANEL * 4;
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     for (int half = 0; half < 2; half++) {
         __m256 acc[ROW_TILE];
@@ -254,9 +342,9 @@ static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, con
             __m256i isum[ROW_TILE];
             for (int r = 0; r < rt; r++) isum[r] = _mm256_setzero_si256();
             for (long j = 0; j < quads; j++) {
-                const uint8_t *wj = codes + (b * quads + j) * 64 + half * 32;
-                __m256i w03 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)wj));
-                __m256i w47 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(wj + 16)));
+                __m256i wj = codes_256(w, p, b * quads + j, half, bits);
+                __m256i w03 = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(wj));
+                __m256i w47 = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(wj, 1));
                 for (int r = 0; r < rt; r++) {
                     const int8_t *aq = a->q + (r0 + r) * w->k + b * w->g + j * 4;
                     __m256i four = _mm256_set_epi16(aq[3], aq[2], aq[1], aq[0], aq[3], aq[2], aq[1], aq[0], aq[3],
@@ -269,14 +357,12 @@ static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, con
             long at = (p * groups + b) * PANEL + half * 8;
             __m256 s = scales8_256(w, at);
             __m256 o = w->offsets ? _mm256_loadu_ps(w->offsets + at) : _mm256_setzero_ps();
-            __m256i zero = _mm256_set1_epi32((int)w->zero);
             for (int r = 0; r < rt; r++) {
                 long ai = (r0 + r) * groups + b;
                 __m256 d = _mm256_set1_ps(a->d[ai]);
-                __m256i qsum = _mm256_set1_epi32(a->sums[ai]);
-                __m256i i = _mm256_sub_epi32(isum[r], _mm256_mullo_epi32(zero, qsum));
+                __m256i i = _mm256_sub_epi32(isum[r], _mm256_set1_epi32((int32_t)w->zero * a->sums[ai]));
                 __m256 v = _mm256_mul_ps(_mm256_mul_ps(s, d), _mm256_cvtepi32_ps(i));
-                if (w->offsets) v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(o, d), _mm256_cvtepi32_ps(qsum)));
+                if (w->offsets) v = _mm256_sub_ps(v, _mm256_mul_ps(_mm256_mul_ps(o, d), _mm256_set1_ps((float)a->sums[ai])));
                 acc[r] = _mm256_add_ps(acc[r], v);
             }
         }
@@ -293,22 +379,29 @@ static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, con
     }
 }
 
-static AVX2_ENTRY void panels_256(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
-                                     int out_f32) {
+static AVX2 void panels_256_bits(const qweight *w, const qrows *a, long p0, long p1, const int bits, void *out,
+                                 long out_stride, int out_f32) {
     for (long p = p0; p < p1; p++) {
         long r0 = 0;
-        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_256(w, a, p, r0, ROW_TILE, out, out_stride, out_f32);
+        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_256(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32);
         switch (a->m - r0) {
-        case 1: tile_256(w, a, p, r0, 1, out, out_stride, out_f32); break;
-        case 2: tile_256(w, a, p, r0, 2, out, out_stride, out_f32); break;
-        case 3: tile_256(w, a, p, r0, 3, out, out_stride, out_f32); break;
-        case 4: tile_256(w, a, p, r0, 4, out, out_stride, out_f32); break;
-        case 5: tile_256(w, a, p, r0, 5, out, out_stride, out_f32); break;
-        case 6: tile_256(w, a, p, r0, 6, out, out_stride, out_f32); break;
-        case 7: tile_256(w, a, p, r0, 7, out, out_stride, out_f32); break;
+        case 1: tile_256(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;
+        case 2: tile_256(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;
+        case 3: tile_256(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;
+        case 4: tile_256(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;
+        case 5: tile_256(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
+        case 6: tile_256(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
+        case 7: tile_256(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
         default: break;
         }
     }
+}
+
+static AVX2_ENTRY void panels_256(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
+                                  int out_f32) {
+    if (w->bits == 8) panels_256_bits(w, a, p0, p1, 8, out, out_stride, out_f32);
+    else if (w->bits == 5) panels_256_bits(w, a, p0, p1, 5, out, out_stride, out_f32);
+    else panels_256_bits(w, a, p0, p1, 4, out, out_stride, out_f32);
 }
 #endif
 
@@ -447,12 +540,13 @@ static void run(job_t *job) {
 #endif
 
 /* out[m][columns] (bf16, or float32 where out_f32: the sums before their rounding; rows out_stride apart) = x[m][k] (bf16, rows stride apart) times the
- * stacked weights' parts side by side. Each part: n, g, zero, half, codes, scales, offsets (NULL
- * for none). ``scratch``: at least m * k * 2 bytes + 2 * m * (k / 16) * 4 * 2. isa: -1 the best
+ * stacked weights' parts side by side. Each part: n, g, zero, half, bits, codes, high (NULL but
+ * for bits 5), scales, offsets (NULL for none). ``scratch``: at least m * k * 2 bytes + 2 * m * (k / 16) * 4 * 2. isa: -1 the best
  * this CPU runs, else 0 portable, 1 AVX2, 2 AVX-512 VNNI (one the CPU lacks gives -1).
  * Returns 0, or -1. */
 int bs_qmm(long m, long k, const bf16 *x, long stride, long nparts, const long *n, const long *g, const long *zero,
-           const long *half, const void *const *codes, const void *const *scales, const void *const *offsets,
+           const long *half, const long *bits, const void *const *codes, const void *const *high,
+           const void *const *scales, const void *const *offsets,
            void *out, long out_stride, long out_f32, long threads, long isa, void *scratch) {
     long best = bs_qmm_best_isa();
     if (isa < 0) isa = best;
@@ -472,13 +566,18 @@ int bs_qmm(long m, long k, const bf16 *x, long stride, long nparts, const long *
         s += m * (k / gs) * 4;
         int32_t *sums = (int32_t *)s;
         s += m * (k / gs) * 4;
-        quantize_rows(m, k, gs, x, stride, q, d, sums);
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (isa == ISA_AVX512) quantize_rows_512(m, k, gs, x, stride, q, d, sums);
+        else
+#endif
+            quantize_rows(m, k, gs, x, stride, q, d, sums);
         rows[which] = (qrows){m, k, gs, q, d, sums};
     }
     job.first_panel[0] = 0;
     for (long i = 0; i < nparts; i++) {
-        if (n[i] % PANEL != 0 || (g[i] != 16 && g[i] != 32)) return -1;
-        job.parts[i] = (qweight){n[i], k, g[i], zero[i], half[i], codes[i], scales[i], offsets[i]};
+        if (n[i] % PANEL != 0 || (g[i] != 16 && g[i] != 32) || (bits[i] != 8 && bits[i] != 4 && bits[i] != 5)) return -1;
+        if (bits[i] == 5 && high[i] == NULL) return -1;
+        job.parts[i] = (qweight){n[i], k, g[i], zero[i], half[i], bits[i], codes[i], high[i], scales[i], offsets[i]};
         job.rows[i] = &rows[g[i] == 32 ? 0 : 1];
         job.first_panel[i + 1] = job.first_panel[i] + n[i] / PANEL;
     }

@@ -41,26 +41,48 @@ class QuantError(ValueError):
 
 @dataclass(eq=False)
 class QWeight:
-    """One weight [n, k] as the file holds it: ``codes`` uint8 [n/16, k/4, 16, 4] (panel, input
-    quad, column, input), ``scales`` [n/16, k/g, 16] (float16 or float32), ``offsets`` like the
-    scales in float32 or None; weight = scale * (code - zero) - offset, per group of ``g`` inputs."""
+    """One weight [n, k] as the file holds it; weight = scale * (code - zero) - offset, per group
+    of ``g`` inputs. ``codes``: a quad's 64 codes (16 columns x 4 inputs) side by side, uint8
+    [n/16, k/4, 64] for 8 bits; for 4 and 5 bits two quads share 64 bytes (low nibbles the first's)
+    [n/16, k/8, 64], and 5 bits keep each code's fifth bit in ``high`` (int64 [n/16, k/4], bit i
+    of byte i), so a weight costs the file's bits. ``scales`` [n/16, k/g, 16] (float16 or
+    float32), ``offsets`` like the scales in float32 or None."""
 
     codes: torch.Tensor
+    high: torch.Tensor | None
     scales: torch.Tensor
     offsets: torch.Tensor | None
     n: int
     k: int
     g: int
     zero: int
+    bits: int
     kind: str  # the GGUF type it came from
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.offsets) if t is not None)
+        return sum(t.numel() * t.element_size() for t in (self.codes, self.high, self.scales, self.offsets)
+                   if t is not None)  # fmt: skip
+
+    def unpacked(self) -> torch.Tensor:
+        """The codes, one byte each: uint8 [n/16, k/4, 64]."""
+        panels = self.n // PANEL
+        if self.bits == 8:
+            return self.codes
+        pairs = self.codes.view(panels, self.k // 8, 1, 64)
+        codes = torch.cat([pairs & 0x0F, pairs >> 4], 2).reshape(panels, self.k // 4, 64)
+        if self.high is not None:
+            bits = (self.high[..., None] >> torch.arange(64)) & 1
+            codes = codes | (bits.to(torch.uint8) << 4)
+        return codes
+
+    def code_matrix(self) -> torch.Tensor:
+        """The codes as [n, k] (uint8)."""
+        return self.unpacked().view(self.n // PANEL, self.k // 4, PANEL, 4).permute(0, 2, 1, 3).reshape(self.n, self.k)
 
     def dequantize(self) -> torch.Tensor:
         """The weight's values [n, k] in float32 (float64 steps, then rounded once)."""
-        codes = self.codes.permute(0, 2, 1, 3).reshape(self.n, self.k).double() - self.zero
+        codes = self.code_matrix().double() - self.zero
         scales = self.scales.permute(0, 2, 1).reshape(self.n, self.k // self.g).double()
         w = codes.view(self.n, -1, self.g) * scales[..., None]
         if self.offsets is not None:
@@ -68,17 +90,25 @@ class QWeight:
         return w.reshape(self.n, self.k).float()
 
 
-def _panels(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None, g: int, zero: int,
+def _panels(codes: np.ndarray, scales: np.ndarray, offsets: np.ndarray | None, g: int, zero: int, bits: int,
             kind: str) -> QWeight:  # fmt: skip
-    """The panel layout of codes [n, k] uint8 and per-group scales/offsets [n, k/g]."""
+    """The panel layout of codes [n, k] uint8 (each below 2**bits) and per-group scales/offsets [n, k/g]."""
     n, k = codes.shape
     if n % PANEL or k % 32:
         raise QuantError(f"a {kind} weight of {n} x {k}: the quantized product needs outputs in multiples of "
                          f"{PANEL} and inputs in multiples of 32; run this model with precision none (bfloat16)")  # fmt: skip
-    packed = np.ascontiguousarray(codes.reshape(n // PANEL, PANEL, k // 4, 4).transpose(0, 2, 1, 3))
+    quads = np.ascontiguousarray(codes.reshape(n // PANEL, PANEL, k // 4, 4).transpose(0, 2, 1, 3)).reshape(n // PANEL, k // 4, 64)
+    high = None
+    if bits == 8:
+        packed = quads
+    else:
+        pairs = quads.reshape(n // PANEL, k // 8, 2, 64)
+        packed = np.ascontiguousarray((pairs[:, :, 0] & 0x0F) | ((pairs[:, :, 1] & 0x0F) << 4))
+        if bits == 5:
+            high = torch.from_numpy(np.packbits((quads >> 4) & 1, axis=-1, bitorder="little").view("<i8")[..., 0].copy())
     group = lambda a: torch.from_numpy(np.ascontiguousarray(a.reshape(n // PANEL, PANEL, k // g).transpose(0, 2, 1)))  # noqa: E731
-    return QWeight(torch.from_numpy(packed), group(scales), None if offsets is None else group(offsets), n, k, g,
-                   zero, kind)  # fmt: skip
+    return QWeight(torch.from_numpy(packed), high, group(scales), None if offsets is None else group(offsets), n, k,
+                   g, zero, bits, kind)  # fmt: skip
 
 
 def _blocks(raw: np.ndarray, n: int, size: int) -> np.ndarray:
@@ -89,7 +119,7 @@ def _q8_0(raw: np.ndarray, n: int) -> QWeight:
     b = _blocks(raw, n, 34)
     d = b[..., :2].copy().view(np.float16)[..., 0]
     codes = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8).reshape(n, -1)
-    return _panels(codes, d, None, 32, 128, "Q8_0")
+    return _panels(codes, d, None, 32, 128, 8, "Q8_0")
 
 
 def _q5_0(raw: np.ndarray, n: int) -> QWeight:
@@ -99,7 +129,7 @@ def _q5_0(raw: np.ndarray, n: int) -> QWeight:
     bits = ((high >> np.arange(32, dtype=np.uint32)) & 1).astype(np.uint8)
     qs = b[..., 6:22]
     low = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-    return _panels((low | (bits << 4)).reshape(n, -1), d, None, 32, 16, "Q5_0")
+    return _panels((low | (bits << 4)).reshape(n, -1), d, None, 32, 16, 5, "Q5_0")
 
 
 def _q4_k(raw: np.ndarray, n: int) -> QWeight:
@@ -114,7 +144,7 @@ def _q4_k(raw: np.ndarray, n: int) -> QWeight:
     codes = np.stack([qs & 0x0F, qs >> 4], axis=3).reshape(n, -1)  # chunk c: sub-blocks 2c, 2c + 1
     scales = (d[..., None] * sc.astype(np.float32)).reshape(n, -1)  # exact: 11 bits times 6
     offsets = (dmin[..., None] * mn.astype(np.float32)).reshape(n, -1)
-    return _panels(codes, scales, offsets, 32, 0, "Q4_K")
+    return _panels(codes, scales, offsets, 32, 0, 4, "Q4_K")
 
 
 def _q6_k(raw: np.ndarray, n: int) -> QWeight:
@@ -126,7 +156,7 @@ def _q6_k(raw: np.ndarray, n: int) -> QWeight:
                 (ql[..., :32] >> 4) | (((qh >> 4) & 3) << 4), (ql[..., 32:] >> 4) | (((qh >> 6) & 3) << 4)]  # fmt: skip
     codes = np.stack(quarters, axis=3).reshape(n, -1)  # half h, quarter j: inputs 128h + 32j ..
     scales = (d[..., None] * sc).reshape(n, -1)  # per 16 inputs; exact: 11 bits times 8
-    return _panels(codes, scales, None, 16, 32, "Q6_K")
+    return _panels(codes, scales, None, 16, 32, 8, "Q6_K")
 
 
 _REPACK = {"Q8_0": _q8_0, "Q5_0": _q5_0, "Q4_K": _q4_k, "Q6_K": _q6_k}
@@ -161,7 +191,7 @@ def product_torch(x: torch.Tensor, parts: list[QWeight], out_dtype: torch.dtype 
     rows = {g: _quantize_rows(x, g) for g in {w.g for w in parts}}
     for w in parts:
         q, d, sums = rows[w.g]
-        codes = w.codes.permute(0, 2, 1, 3).reshape(w.n, -1, w.g).float()
+        codes = w.code_matrix().view(w.n, -1, w.g).float()
         isum = torch.einsum("mbi,nbi->mnb", q, codes) - w.zero * sums[:, None, :]
         scales = w.scales.permute(0, 2, 1).reshape(w.n, -1).float()
         v = (scales[None] * d[:, None, :]) * isum
@@ -179,7 +209,7 @@ class _Library:
         self.lib = ctypes.CDLL(str(path))
         P, L = ctypes.c_void_p, ctypes.c_long
         self.qmm = self.lib.bs_qmm
-        self.qmm.argtypes = [L, L, P, L, L, P, P, P, P, P, P, P, P, L, L, L, L, P]
+        self.qmm.argtypes = [L, L, P, L, L, P, P, P, P, P, P, P, P, P, P, L, L, L, L, P]
         self.qmm.restype = ctypes.c_int
         self.lib.bs_qmm_best_isa.restype = L
         self.best = ("portable", "avx2", "avx512")[self.lib.bs_qmm_best_isa()]
@@ -227,7 +257,9 @@ class QProduct:
             self._args = (len(parts), _array(ctypes.c_long, [w.n for w in parts]),
                           _array(ctypes.c_long, [w.g for w in parts]), _array(ctypes.c_long, [w.zero for w in parts]),
                           _array(ctypes.c_long, [int(w.scales.dtype == torch.float16) for w in parts]),
+                          _array(ctypes.c_long, [w.bits for w in parts]),
                           _array(ctypes.c_void_p, [w.codes.data_ptr() for w in parts]),
+                          _array(ctypes.c_void_p, [0 if w.high is None else w.high.data_ptr() for w in parts]),
                           _array(ctypes.c_void_p, [w.scales.data_ptr() for w in parts]),
                           _array(ctypes.c_void_p, [0 if w.offsets is None else w.offsets.data_ptr() for w in parts]))  # fmt: skip
             self._groups16 = any(w.g == 16 for w in parts)

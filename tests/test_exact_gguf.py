@@ -1,0 +1,94 @@
+"""The gguf target mode on the real default model (``load_target(precision="gguf")``): every
+product and the output head on the packaged GGUF's own blocks. Exact as the bf16 target is: every
+row of a verification chain, a token tree or a prefill chunk is ``torch.equal`` to its one-token
+step after the same cache, at 1, 2 and 3 threads, and speculative greedy decoding gives plain
+greedy decoding's tokens. Long prompts come from the bundled corpora (no corpora folder needed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from exact_real import NEW_TOKENS, plain
+
+from babelspec.bench.agreement import teacher_forced_agreement
+from babelspec.bench.exact import chain_grid, prefill_chunks, tree_grid
+from babelspec.data import LANGUAGES
+from babelspec.data.corpus import monolingual
+from babelspec.drafters import make_drafter
+from babelspec.engine import generate
+from babelspec.forward.qmm import QProduct
+from babelspec.machine import EXACT_BF16, execution_plan
+from babelspec.ngram import CountConfig, train
+from babelspec.sampling import SamplingConfig
+from babelspec.target import load_target
+
+
+@pytest.fixture(scope="module")
+def gguf():
+    return load_target("gemma-3-270m", precision="gguf")
+
+
+@pytest.fixture(scope="module")
+def long_prompt(gguf):
+    """Amharic, Yoruba and Nepali training text end to end: past the 512-token sliding window."""
+    text = "\n".join(line for lang in ("amh", "yor", "npi") for line in monolingual(lang)[:12])
+    ids = gguf.tokenizer(text)["input_ids"][:600]
+    assert len(ids) == 600
+    return ids
+
+
+@pytest.fixture
+def threads(request):
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+def test_the_plan_says_the_products_run_on_the_files_blocks(gguf):
+    plan = execution_plan(gguf)
+    assert plan["precision"] == "gguf" and plan["weights"] == "gguf" and plan["exact"] == EXACT_BF16
+    layer = gguf.lean.layers[0]
+    assert all(isinstance(p, QProduct) for p in (layer.qkv, layer.o, layer.gate_up, layer.down, gguf.lean.logits_of.project))
+    assert [w.kind for w in layer.qkv.parts] == ["Q5_0", "Q5_0", "Q8_0"] and layer.o.parts[0].kind == "Q4_K"
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
+def test_every_row_of_every_chain_equals_its_one_token_step(gguf, long_prompt, threads):
+    grid = chain_grid(gguf.lean, long_prompt, (3, 297, 530), max_block=12)
+    assert grid["cells"] == 3 * 12 and grid["differ"] == 0, grid["differing"]
+
+
+@pytest.mark.parametrize("threads", [1, 3], indirect=True)
+def test_trees_and_prefill_chunks_are_exact(gguf, long_prompt, threads):
+    tree = tree_grid(gguf.lean, long_prompt, (297,))
+    assert tree["cells"] == 16 and tree["differ"] == 0, tree["differing"]
+    chunks = prefill_chunks(gguf.lean, long_prompt, (297, 540))
+    assert chunks["cells"] == 6 and chunks["differ"] == 0, chunks["differing"]
+
+
+@pytest.mark.parametrize("threads", [2, 3], indirect=True)
+def test_speculative_greedy_is_plain_greedy(gguf, tmp_path, threads):
+    """The bigram's chain and tree on an Amharic and a Nepali prompt: 64 tokens each."""
+    for lang in ("amh", "npi"):
+        table = tmp_path / f"{lang}.ngram"
+        train(monolingual(lang), gguf.tokenizer, CountConfig(order=2)).save(table)
+        prompt = gguf.tokenizer(f"English: The rain stopped at noon.\n{LANGUAGES[lang].name}:")["input_ids"]
+        expected = plain(gguf, prompt)
+        assert len(expected) == NEW_TOKENS
+        for spec in (f"ngram:{table},tree=0", f"ngram:{table}"):
+            out = generate(gguf, make_drafter(spec, gguf), prompt, gamma=4, max_new_tokens=NEW_TOKENS,
+                           sampling=SamplingConfig(greedy=True), eos_token_ids=())  # fmt: skip
+            assert out.token_ids == expected, (lang, spec)
+            assert out.accepted > 0
+
+
+def test_the_files_model_follows_the_float_model_as_closely_as_bf16(gguf, long_prompt):
+    """Teacher-forced top-1 agreement with the float32 forward over 200 tokens of real text: the
+    file's model with int8 rows, near the bf16 rounding of it."""
+    reference = load_target("gemma-3-270m", dtype="float32")
+    bf16 = load_target("gemma-3-270m", dtype="bfloat16")
+    ids, tokens = long_prompt[:100], long_prompt[100:300]
+    of_gguf = teacher_forced_agreement(reference, gguf, ids, tokens)
+    of_bf16 = teacher_forced_agreement(reference, bf16, ids, tokens)
+    assert of_gguf > 0.9 and of_gguf > of_bf16 - 0.05, (of_gguf, of_bf16)
