@@ -539,26 +539,66 @@ static void run(job_t *job) {
 
 #endif
 
-/* out[m][columns] (bf16, or float32 where out_f32: the sums before their rounding; rows out_stride apart) = x[m][k] (bf16, rows stride apart) times the
- * stacked weights' parts side by side. Each part: n, g, zero, half, bits, codes, high (NULL but
- * for bits 5), scales, offsets (NULL for none). ``scratch``: at least m * k * 2 bytes + 2 * m * (k / 16) * 4 * 2. isa: -1 the best
- * this CPU runs, else 0 portable, 1 AVX2, 2 AVX-512 VNNI (one the CPU lacks gives -1).
- * Returns 0, or -1. */
-int bs_qmm(long m, long k, const bf16 *x, long stride, long nparts, const long *n, const long *g, const long *zero,
-           const long *half, const long *bits, const void *const *codes, const void *const *high,
-           const void *const *scales, const void *const *offsets,
-           void *out, long out_stride, long out_f32, long threads, long isa, void *scratch) {
-    long best = bs_qmm_best_isa();
+/* A stacked product's weights, checked once (bs_qmm_new) and kept for its calls. */
+typedef struct {
+    long k, nparts, groups16;
+    qweight parts[MAX_PARTS];
+} product_t;
+
+/* The parts of a product of inputs k side by side: n, g, zero, half, bits, codes, high (NULL but
+ * for bits 5), scales, offsets (NULL for none), as qweight says. NULL where one is malformed. */
+void *bs_qmm_new(long k, long nparts, const long *n, const long *g, const long *zero, const long *half,
+                 const long *bits, const void *const *codes, const void *const *high, const void *const *scales,
+                 const void *const *offsets) {
+    if (nparts < 1 || nparts > MAX_PARTS || k % 32 != 0) return NULL;
+    product_t *product = calloc(1, sizeof *product);
+    if (!product) return NULL;
+    product->k = k, product->nparts = nparts;
+    for (long i = 0; i < nparts; i++) {
+        int ok = n[i] % PANEL == 0 && (g[i] == 16 || g[i] == 32) && (bits[i] == 8 || bits[i] == 4 || bits[i] == 5) &&
+                 (bits[i] != 5 || high[i] != NULL) && (bits[i] == 8 || g[i] == 32);
+        if (!ok) {
+            free(product);
+            return NULL;
+        }
+        product->parts[i] = (qweight){n[i], k, g[i], zero[i], half[i], bits[i], codes[i], high[i], scales[i], offsets[i]};
+        product->groups16 |= g[i] == 16;
+    }
+    return product;
+}
+
+void bs_qmm_free(void *product) { free(product); }
+
+/* Per calling thread: the block's quantized rows, grown as blocks grow. */
+static __thread char *scratch;
+static __thread long scratch_bytes;
+
+/* out[m][columns] (bf16, or float32 where out_f32: the sums before their rounding; rows out_stride
+ * apart) = x[m][k] (bf16, rows stride apart) times the product's parts side by side. isa: -1 the
+ * best this CPU runs, else 0 portable, 1 AVX2, 2 AVX-512 VNNI. Returns 0, or -1 (an isa the CPU
+ * lacks, no memory). */
+int bs_qmm(const void *handle, long m, const bf16 *x, long stride, void *out, long out_stride, long out_f32,
+           long threads, long isa) {
+    const product_t *product = handle;
+    static long best = -1;
+    if (best < 0) best = bs_qmm_best_isa();
     if (isa < 0) isa = best;
-    if (isa > best || nparts < 1 || nparts > MAX_PARTS || k % 32 != 0) return -1;
+    if (isa > best || m < 1) return -1;
+    long k = product->k, nparts = product->nparts;
+    long need = (m * k + 2 * m * (k / 16) * 4) * (product->groups16 ? 2 : 1) + 64;
+    if (need > scratch_bytes) {
+        char *grown = realloc(scratch, need);
+        if (!grown) return -1;
+        scratch = grown, scratch_bytes = need;
+    }
     job_t job;
     job.nparts = nparts, job.out = out, job.out_stride = out_stride, job.out_f32 = out_f32, job.isa = isa;
     qrows rows[2]; /* per group of 32, and of 16 where a part needs it */
-    char *s = (char *)scratch;
+    char *s = scratch;
     for (int which = 0; which < 2; which++) {
         long gs = which == 0 ? 32 : 16;
         int used = 0;
-        for (long i = 0; i < nparts; i++) used |= g[i] == gs;
+        for (long i = 0; i < nparts; i++) used |= product->parts[i].g == gs;
         if (!used) continue;
         int8_t *q = (int8_t *)s;
         s += m * k;
@@ -575,11 +615,9 @@ int bs_qmm(long m, long k, const bf16 *x, long stride, long nparts, const long *
     }
     job.first_panel[0] = 0;
     for (long i = 0; i < nparts; i++) {
-        if (n[i] % PANEL != 0 || (g[i] != 16 && g[i] != 32) || (bits[i] != 8 && bits[i] != 4 && bits[i] != 5)) return -1;
-        if (bits[i] == 5 && high[i] == NULL) return -1;
-        job.parts[i] = (qweight){n[i], k, g[i], zero[i], half[i], bits[i], codes[i], high[i], scales[i], offsets[i]};
-        job.rows[i] = &rows[g[i] == 32 ? 0 : 1];
-        job.first_panel[i + 1] = job.first_panel[i] + n[i] / PANEL;
+        job.parts[i] = product->parts[i];
+        job.rows[i] = &rows[product->parts[i].g == 32 ? 0 : 1];
+        job.first_panel[i + 1] = job.first_panel[i] + product->parts[i].n / PANEL;
     }
     if (threads < 1) threads = 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;

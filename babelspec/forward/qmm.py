@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import warnings
+import weakref
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -208,9 +209,12 @@ class _Library:
     def __init__(self, path: Path) -> None:
         self.lib = ctypes.CDLL(str(path))
         P, L = ctypes.c_void_p, ctypes.c_long
+        self.new = self.lib.bs_qmm_new
+        self.new.argtypes, self.new.restype = [L, L, P, P, P, P, P, P, P, P, P], P
+        self.free = self.lib.bs_qmm_free
+        self.free.argtypes, self.free.restype = [P], None
         self.qmm = self.lib.bs_qmm
-        self.qmm.argtypes = [L, L, P, L, L, P, P, P, P, P, P, P, P, P, P, L, L, L, L, P]
-        self.qmm.restype = ctypes.c_int
+        self.qmm.argtypes, self.qmm.restype = [P, L, P, L, P, L, L, L, L], ctypes.c_int
         self.lib.bs_qmm_best_isa.restype = L
         self.best = ("portable", "avx2", "avx512")[self.lib.bs_qmm_best_isa()]
 
@@ -254,15 +258,18 @@ class QProduct:
             if kernel != "auto" and _ISA[kernel] > _ISA[self.lib.best]:
                 raise ValueError(f"the {kernel} kernel needs instructions this CPU lacks (it runs {self.lib.best})")
             self._isa = _ISA[kernel]
-            self._args = (len(parts), _array(ctypes.c_long, [w.n for w in parts]),
-                          _array(ctypes.c_long, [w.g for w in parts]), _array(ctypes.c_long, [w.zero for w in parts]),
-                          _array(ctypes.c_long, [int(w.scales.dtype == torch.float16) for w in parts]),
-                          _array(ctypes.c_long, [w.bits for w in parts]),
-                          _array(ctypes.c_void_p, [w.codes.data_ptr() for w in parts]),
-                          _array(ctypes.c_void_p, [0 if w.high is None else w.high.data_ptr() for w in parts]),
-                          _array(ctypes.c_void_p, [w.scales.data_ptr() for w in parts]),
-                          _array(ctypes.c_void_p, [0 if w.offsets is None else w.offsets.data_ptr() for w in parts]))  # fmt: skip
-            self._groups16 = any(w.g == 16 for w in parts)
+            longs = lambda values: _array(ctypes.c_long, values)  # noqa: E731
+            pointers = lambda ts: _array(ctypes.c_void_p, [0 if t is None else t.data_ptr() for t in ts])  # noqa: E731
+            handle = self.lib.new(self.k, len(parts), longs([w.n for w in parts]), longs([w.g for w in parts]),
+                                  longs([w.zero for w in parts]),
+                                  longs([int(w.scales.dtype == torch.float16) for w in parts]),
+                                  longs([w.bits for w in parts]), pointers([w.codes for w in parts]),
+                                  pointers([w.high for w in parts]), pointers([w.scales for w in parts]),
+                                  pointers([w.offsets for w in parts]))  # fmt: skip
+            if not handle:
+                raise QuantError(f"the quantized product refused weights of {[w.kind for w in parts]} ({self.k} inputs)")
+            self._handle = handle  # the weights' tensors stay alive with ``parts``
+            weakref.finalize(self, self.lib.free, handle)
 
     @property
     def kernel_used(self) -> str:
@@ -282,10 +289,8 @@ class QProduct:
         rows = rows.contiguous()
         m = rows.shape[0]
         out = torch.empty(m, self.n, dtype=self.out_dtype)
-        scratch = torch.empty(m * self.k * (2 if self._groups16 else 1) + m * self.k + 64, dtype=torch.uint8)
-        if self.lib.qmm(m, self.k, rows.data_ptr(), self.k, *self._args, out.data_ptr(), self.n,
-                        int(self.out_dtype == torch.float32), torch.get_num_threads(), self._isa,
-                        scratch.data_ptr()) != 0:  # fmt: skip
+        if self.lib.qmm(self._handle, m, rows.data_ptr(), self.k, out.data_ptr(), self.n,
+                        self.out_dtype == torch.float32, torch.get_num_threads(), self._isa) != 0:  # fmt: skip
             raise RuntimeError(f"the quantized product refused a block of {m} x {self.k}")
         return out.view(*shape[:-1], self.n)
 
