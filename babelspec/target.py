@@ -59,7 +59,29 @@ class Target(CausalLM):
         return self.forward(tokens, parents=parents, head=head)
 
 
-PRECISIONS = ("w8a8", "gguf")  # target modes beside the loaded dtype's own
+PRECISIONS = ("w8a8", "gguf")  # target modes beside the loaded dtype's own ("none")
+
+
+def default_precision(spec: str, device: str | torch.device | None = None, dtype: str | torch.dtype | None = None,
+                      head: str = "full", forward: str | None = None) -> str | None:  # fmt: skip
+    """The target mode ``load_target`` takes where none is named: ``gguf`` for a model distributed
+    as a GGUF (a packaged preset, a ``.gguf`` path) under the dtype ``auto`` on a CPU whose lean
+    forward is exact (oneDNN packs bf16) and where the C product builds: its plain decoding reads
+    the file's 256 MB a step instead of bf16's 535, and its agreement with float32 is no worse than
+    llama.cpp's on the same file (``benchmarks/results/gguf_forward.json``,
+    ``benchmarks/results/gguf_target.json``). None (the dtype's own) elsewhere, or where a dtype,
+    a head or a forward is named."""
+    from babelspec.forward.kernels import onednn_packs_bf16
+    from babelspec.forward.qmm import library
+    from babelspec.models import PRESETS
+
+    if dtype not in (None, "auto") or head != "full" or forward not in (None, "lean"):
+        return None
+    if torch.device(device).type != "cpu" if device is not None else torch.cuda.is_available():
+        return None
+    name = spec.strip() if isinstance(spec, str) else ""
+    gguf = (name in PRESETS and PRESETS[name].source == "gguf-package") or name.endswith(".gguf")
+    return "gguf" if gguf and onednn_packs_bf16() and library() is not None else None
 
 
 def load_target(
@@ -83,6 +105,9 @@ def load_target(
     Speculative decoding stays lossless with respect to this model: a block's rows get the bits
     they get alone.
 
+    ``precision``: None takes ``default_precision`` (``gguf`` for a GGUF-distributed model under
+    the dtype auto on a CPU), ``"none"`` the loaded dtype's own model.
+
     ``precision="gguf"``: the file's own model, for a GGUF preset or a ``.gguf`` path: every
     product and the output head on the file's quantized blocks (``forward.gguf``), each read once
     for all rows of a block, with activations quantized per row as llama.cpp quantizes them;
@@ -94,9 +119,13 @@ def load_target(
 
     ``forward`` (``"lean"`` or ``"hf"``) and ``options`` (``ForwardOptions``, whose head ``head``
     replaces): how the target computes (``forward.lean_forward``); its drafters compute so too."""
-    if precision is not None and precision not in PRECISIONS:
+    if precision is not None and precision not in (*PRECISIONS, "none"):
         raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
                          "or none for the loaded dtype's own")  # fmt: skip
+    if precision is None:
+        precision = default_precision(spec, device, dtype, head, forward)
+    elif precision == "none":
+        precision = None
     if head not in HEADS:
         raise ValueError(f"unknown output head {head!r}; use one of {', '.join(HEADS)}")
     if head == "certified" and dtype in (None, "auto"):

@@ -48,7 +48,7 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     ({"drafters": ["none"]}, "not a grid setting"),
     ({"tasks": ["poetry"]}, "unknown task 'poetry'"),
     ({"prompts_per_cell": 0}, "prompts_per_cell must be"),
-    ({"precision": "int4"}, "precision must be w8a8 or empty for the dtype's own .got 'int4'."),
+    ({"precision": "int4"}, "precision must be gguf, w8a8, none .the dtype's own. or empty for the default .got 'int4'."),
     ({"head": "int8"}, "head must be full or certified .got 'int8'."),
     ({"sampling": {"top_p": 1.5}}, "top_p"),
     ({"sampling": {"preset": "wild"}}, "preset must be"),

@@ -106,7 +106,8 @@ def bench_head(
 @bench_app.command("forward")
 def bench_forward(
     target: str = typer.Option(DEFAULT_TARGET, help="Target model: preset, local path or hub name."),
-    dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side."),
+    dtypes: str = typer.Option("float32,bfloat16", help="Comma-separated dtypes, measured side by side; gguf: the "
+                               "gguf target mode (products on the GGUF's own blocks, lean forward only)."),
     repeats: int = typer.Option(15, help="Rounds over every (dtype, block size)."),
     max_block: int = typer.Option(9, help="Largest verification block (gamma + 1)."),
     threads: int = typer.Option(0, help="torch threads (0 = torch's default)."),
@@ -120,9 +121,9 @@ def bench_forward(
     from babelspec.models import DTYPES
 
     names = tuple(d.strip() for d in dtypes.split(",") if d.strip())
-    bad = [d for d in names if d not in DTYPES]
+    bad = [d for d in names if d not in (*DTYPES, "gguf")]
     if bad or not names:
-        raise typer.BadParameter(f"--dtypes takes {', '.join(DTYPES)}; got {dtypes!r}")
+        raise typer.BadParameter(f"--dtypes takes {', '.join(DTYPES)} or gguf; got {dtypes!r}")
     if max_block < 2 or repeats < 1:
         raise typer.BadParameter("--max-block must be >= 2 and --repeats >= 1")
     if threads:

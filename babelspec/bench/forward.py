@@ -28,6 +28,22 @@ def weights_read_ms(model: torch.nn.Module, repeats: int = 7) -> tuple[float, fl
     return sum(w.nbytes for w in words) / 1e6, statistics.median(times[1:]) * 1e3
 
 
+def gguf_weights_read_ms(target: Target, repeats: int = 7) -> tuple[float, float]:
+    """``weights_read_ms`` of a gguf target's products: the file's blocks as repacked, each read once."""
+    lean = target.lean
+    products = [getattr(layer, kind) for layer in lean.layers for kind in ("qkv", "o", "gate_up", "down")]
+    tensors = [t for p in [*products, lean.logits_of.project] for w in p.parts
+               for t in (w.codes, w.high, w.scales, w.offsets) if t is not None]  # fmt: skip
+    words = [t.reshape(-1).view(torch.uint8)[: t.nbytes // 4 * 4].view(torch.float32) for t in tensors]
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        for w in words:
+            w.sum()
+        times.append(time.perf_counter() - t0)
+    return sum(w.nbytes for w in words) / 1e6, statistics.median(times[1:]) * 1e3
+
+
 def _interleaved_block_times(targets: dict, names: list, blocks: tuple[int, ...], prompt: list[int],
                              repeats: int) -> dict:  # fmt: skip
     """Seconds of each (target, block size) forward after ``prompt``, every cell once per round
@@ -58,14 +74,19 @@ def _dtype_and_forward_ratios(figures: dict, dtypes: tuple[str, ...], forwards: 
         out["bf16_speedup_decode"] = round(f32["decode_ms"] / b16["decode_ms"], 3)
         out["bf16_speedup_verify"] = {b: round(f32["verify_ms"][b] / b16["verify_ms"][b], 3)
                                       for b in b16["verify_ms"]}
+    if "gguf" in figures and "bfloat16" in figures:
+        g, b16 = figures["gguf"], figures["bfloat16"]
+        out["gguf_speedup_decode"] = round(b16["decode_ms"] / g["decode_ms"], 3)
+        out["gguf_speedup_verify"] = {b: round(b16["verify_ms"][b] / g["verify_ms"][b], 3) for b in g["verify_ms"]}
     if len(forwards) > 1:  # the default forward against each other one, per dtype
+        both = [d for d in dtypes if d != "gguf"]
         out["forward_speedup_decode"] = {
             f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["decode_ms"] / figures[d]["decode_ms"], 3)
-            for d in dtypes for f in forwards[1:]}  # fmt: skip
+            for d in both for f in forwards[1:]}  # fmt: skip
         out["forward_speedup_plain_step"] = {
             f"{d}: {forwards[0]} vs {f}": round(figures[f"{d}/{f}"]["plain_generate_step_ms"]
                                                 / figures[d]["plain_generate_step_ms"], 3)
-            for d in dtypes for f in forwards[1:]}  # fmt: skip
+            for d in both for f in forwards[1:]}  # fmt: skip
     if "float32/hf" in figures and "bfloat16" in figures:  # today's default against the old one
         out["plain_step_speedup_vs_float32_hf"] = round(
             figures["float32/hf"]["plain_generate_step_ms"] / figures["bfloat16"]["plain_generate_step_ms"], 3)
@@ -79,17 +100,24 @@ def forward_costs(target: str = "gemma-3-270m", dtypes: tuple[str, ...] = ("floa
     """Decode (1 token) and verify (2-9 tokens) forwards of ``target`` through ``CausalLM``,
     per dtype and forward implementation (``lean``: babelspec's own where the family has one;
     ``hf``: Hugging Face's), all interleaved: every cell once per round, order rotated per round.
+    The dtype ``gguf`` is the gguf target mode (``load_target(precision="gguf")``, lean only): its
+    floor is the read of the file's blocks as its products hold them.
 
     Also one plain ``generate`` step (the whole loop around a one-token forward), to show what
     the loop adds to the forward."""
     from babelspec.drafters import make_drafter
     from babelspec.machine import execution_info
     from babelspec.models import load_model
+    from babelspec.target import load_target
 
-    names = [(d, f) for d in dtypes for f in forwards]
+    names = [(d, f) for d in dtypes for f in forwards if d != "gguf" or f == "lean"]
     targets = {}
     floors = {}
     for dtype in dtypes:
+        if dtype == "gguf":
+            targets[("gguf", "lean")] = load_target(target, precision="gguf")
+            floors[dtype] = gguf_weights_read_ms(targets[("gguf", "lean")])
+            continue
         model, tokenizer = load_model(target, dtype=dtype)
         floors[dtype] = weights_read_ms(model)
         for forward in forwards:

@@ -9,9 +9,10 @@ from babelspec.sampling import PAPER_REPETITION_PENALTY, PAPER_REPETITION_WINDOW
 
 DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
               "else float32), bfloat16 (fast mode) or float32 (exact mode: greedy speculative == plain).")
-PRECISION_HELP = ("Target mode: w8a8 (int8 weights and activations, MLP down-projections bf16; another model than "
-                  "the bf16 one, about 1.3x faster plain decoding here; `babelspec bench peers --precision w8a8` "
-                  "measures its agreement with bf16), or empty for the dtype's own.")
+PRECISION_HELP = ("Target mode: gguf (every product on the GGUF file's own quantized blocks: the file's model, "
+                  "the default for GGUF models under --dtype auto on a CPU), w8a8 (int8 weights and activations, "
+                  "MLP down-projections bf16; another model than the bf16 one), none (the dtype's own weights, "
+                  "bf16 or float32), or empty for the default.")
 HEAD_HELP = ("Output head: full, or certified (bf16: greedy and top-k steps of one row take each row's k largest "
              "logits exactly from an int8 pass and exact products on the candidates its error bound keeps; the "
              "same tokens, about 1.1-1.2x faster plain decoding steps here; `babelspec bench head`).")

@@ -191,7 +191,7 @@ class ExperimentConfig:
     max_new_tokens: int = 128
     threads: int = 0  # torch threads; 0 = leave torch's default
     dtype: str = "auto"  # auto (bf16 where the hardware has it natively, else fp32) | bfloat16 | float32
-    precision: str = ""  # a target mode: "" (the dtype's own) | w8a8 (target.load_target)
+    precision: str = ""  # a target mode: "" (the default: gguf for GGUF models on a CPU) | none | gguf | w8a8 (target.load_target)
     head: str = "full"  # the target's output head: full | certified (exact top-k from an int8 pass; bf16)
     forward: str = "lean"  # the target's forward: lean (babelspec's own, where the family has one) | hf
     native: bool = True  # the lean forward's C glue (False: the same arithmetic in torch operations)
@@ -460,8 +460,8 @@ def validate(cfg: ExperimentConfig) -> None:
         f"dtype must be auto, bfloat16 or float32 (got {cfg.dtype!r}); float32 is the exact mode",
     )
     need(
-        cfg.precision in ("", "w8a8"),
-        f"precision must be w8a8 or empty for the dtype's own (got {cfg.precision!r})",
+        cfg.precision in ("", "none", "gguf", "w8a8"),
+        f"precision must be gguf, w8a8, none (the dtype's own) or empty for the default (got {cfg.precision!r})",
     )
     need(
         cfg.head in ("full", "certified"),

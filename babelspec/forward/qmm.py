@@ -119,7 +119,7 @@ def _blocks(raw: np.ndarray, n: int, size: int) -> np.ndarray:
 def _q8_0(raw: np.ndarray, n: int) -> QWeight:
     b = _blocks(raw, n, 34)
     d = b[..., :2].copy().view(np.float16)[..., 0]
-    codes = (b[..., 2:].view(np.int8).astype(np.int16) + 128).astype(np.uint8).reshape(n, -1)
+    codes = (b[..., 2:] ^ 0x80).reshape(n, -1)  # int8 q as the byte q + 128
     return _panels(codes, d, None, 32, 128, 8, "Q8_0")
 
 
