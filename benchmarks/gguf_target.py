@@ -98,7 +98,7 @@ def main() -> None:
                 agree[name].append(int((rows[name].argmax(-1) == reference).sum()))
             lengths.append(n)
         tokens = sum(lengths)
-        diff = [(g - l, n) for g, l, n in zip(agree["gguf"], agree["llama.cpp"], lengths)]
+        diff = [(ours - theirs, n) for ours, theirs, n in zip(agree["gguf"], agree["llama.cpp"], lengths)]
         low, high = bootstrap(diff)
         per_lang[lang] = {"sentences": len(records), "tokens": tokens,
                           "agreement_with_float32": {name: round(sum(agree[name]) / tokens, 4) for name in compared},
