@@ -26,7 +26,7 @@
 typedef uint16_t bf16;
 typedef int32_t quad __attribute__((may_alias, aligned(1))); /* 4 int8 activations read as one */
 #define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
-#define ROW_TILE 8 /* rows whose sums stay in registers; more rows re-read the panel from cache */
+#define ROW_TILE 12 /* rows whose sums stay in registers; more rows re-read the panel from cache */
 #define MAX_PARTS 4
 #define MAX_THREADS 64
 
@@ -283,6 +283,10 @@ static AVX512 void panels_512_bits(const qweight *w, const qrows *a, long p0, lo
         case 5: tile_512(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
         case 6: tile_512(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
         case 7: tile_512(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
+        case 8: tile_512(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;
+        case 9: tile_512(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;
+        case 10: tile_512(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;
+        case 11: tile_512(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;
         default: break;
         }
     }
@@ -392,6 +396,10 @@ static AVX2 void panels_256_bits(const qweight *w, const qrows *a, long p0, long
         case 5: tile_256(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
         case 6: tile_256(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
         case 7: tile_256(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
+        case 8: tile_256(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;
+        case 9: tile_256(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;
+        case 10: tile_256(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;
+        case 11: tile_256(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;
         default: break;
         }
     }
