@@ -13,7 +13,7 @@ torch.set_num_threads(1)
 # of `make test` in collection order, so long ones left to the end made one process finish minutes
 # after the other. The rest keep their order.
 FIRST = (
-    "test_exact_serve.py", "test_exact_greedy_npi_to_zgh.py", "test_exact_greedy_amh_to_ibo.py",
+    "test_exact_serve.py", "test_exact_gguf.py", "test_exact_greedy_npi_to_zgh.py", "test_exact_greedy_amh_to_ibo.py",
     "test_models_equivalence.py", "test_cli_generate.py", "test_certified.py", "test_experiments_ray.py",
     "test_exact_bf16.py", "test_serve.py", "test_target_w8a8.py", "test_bench_forward.py", "test_serve_w8a8.py",
     "test_languages.py", "test_serve_fuzz.py", "test_engine_tree.py", "test_batching.py",

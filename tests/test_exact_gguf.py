@@ -1,4 +1,4 @@
-"""The gguf target mode on the real default model (``load_target(precision="gguf")``): every
+"""The gguf target mode, the default of the real default model on a CPU: every
 product and the output head on the packaged GGUF's own blocks. Exact as the bf16 target is: every
 row of a verification chain, a token tree or a prefill chunk is ``torch.equal`` to its one-token
 step after the same cache, at 1, 2 and 3 threads, and speculative greedy decoding gives plain
@@ -6,9 +6,12 @@ greedy decoding's tokens. Long prompts come from the bundled corpora (no corpora
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 from exact_real import NEW_TOKENS, plain
+from serve_helpers import Server
 
 from babelspec.bench.agreement import teacher_forced_agreement
 from babelspec.bench.exact import chain_grid, prefill_chunks, tree_grid
@@ -18,6 +21,7 @@ from babelspec.drafters import make_drafter
 from babelspec.engine import generate
 from babelspec.forward.qmm import QProduct
 from babelspec.machine import EXACT_BF16, execution_plan
+from babelspec.models import DEFAULT_TARGET
 from babelspec.ngram import CountConfig, train
 from babelspec.sampling import SamplingConfig
 from babelspec.target import load_target
@@ -25,7 +29,9 @@ from babelspec.target import load_target
 
 @pytest.fixture(scope="module")
 def gguf():
-    return load_target("gemma-3-270m", precision="gguf")
+    target = load_target(DEFAULT_TARGET)
+    assert target.precision == "gguf"  # the default mode of a GGUF model on a CPU
+    return target
 
 
 @pytest.fixture(scope="module")
@@ -92,3 +98,28 @@ def test_the_files_model_follows_the_float_model_as_closely_as_bf16(gguf, long_p
     of_gguf = teacher_forced_agreement(reference, gguf, ids, tokens)
     of_bf16 = teacher_forced_agreement(reference, bf16, ids, tokens)
     assert of_gguf > 0.9 and of_gguf > of_bf16 - 0.05, (of_gguf, of_bf16)
+
+
+def test_the_server_on_the_default_mode_answers_plain_greedy_tokens(gguf, tmp_path):
+    """``babelspec serve`` as it starts by default (the gguf mode), 2 requests at once sharing
+    its forwards, one drafting with a bigram tree: each gets plain greedy decoding's tokens."""
+    table = tmp_path / "npi.ngram"
+    train(monolingual("npi"), gguf.tokenizer, CountConfig(order=2)).save(table)
+    prompts = [gguf.tokenizer(f"English: {text}\nNepali:")["input_ids"] for text in ("The rain stopped at noon.", "We walked home.")]
+    expected = [plain(gguf, p, past_eos=False) for p in prompts]
+    server = Server("--target", DEFAULT_TARGET, "--batch", "2", "--drafter", "plain=none", "--drafter", f"npi=ngram:{table}",
+                    log=tmp_path / "serve.log")  # fmt: skip
+    try:
+        client = server.wait().client()
+
+        def complete(job: tuple[list[int], str]) -> list[int]:
+            prompt, drafter = job
+            r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
+                                          extra_body={"drafter": drafter})  # fmt: skip
+            return r.model_extra["babelspec"]["token_ids"]
+
+        with ThreadPoolExecutor(2) as pool:
+            got = list(pool.map(complete, zip(prompts, ("npi", "plain"))))
+        assert got == expected
+    finally:
+        server.close()
