@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from edge import OPTIONS
 from exact_real import NEW_TOKENS, plain
 from serve_helpers import Server
 
@@ -29,7 +30,7 @@ from babelspec.target import load_target
 
 @pytest.fixture(scope="module")
 def gguf():
-    target = load_target(DEFAULT_TARGET)
+    target = load_target(DEFAULT_TARGET, options=OPTIONS)  # make test-glue-off: without the C glue
     assert target.precision == "gguf"  # the default mode of a GGUF model on a CPU
     return target
 

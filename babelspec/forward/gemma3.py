@@ -227,7 +227,7 @@ class LeanGemma3(Forward):
                 gate, up = self._rows(layer.gate_up.stacked, h).chunk(2, dim=-1)
             else:
                 gate, up = layer.gate_up(h, merge)
-            h = self._rows(layer.down, F.gelu(gate, approximate=self.approximate) * up)
+            h = self._rows(layer.down, _gelu_rows(gate, self.approximate) * up)
             x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
         return self._finish(blocks, _rms(x, *self.final_norm))
 
@@ -241,7 +241,7 @@ class LeanGemma3(Forward):
             h = self._attention(h, layer, kind, index, preps, True, rope)
             x, h = glue.add_rms(x, h, layer.norms["post_attention_layernorm"], layer.norms["pre_feedforward_layernorm"])
             gate, up = self._rows(layer.gate_up.stacked, h).chunk(2, dim=-1)
-            h = self._rows(layer.down, F.gelu(gate, approximate=self.approximate) * up)
+            h = self._rows(layer.down, _gelu_rows(gate, self.approximate) * up)
             after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
             x, h = glue.add_rms(x, h, layer.norms["post_feedforward_layernorm"], after)
         return h
@@ -560,6 +560,22 @@ def _layer_norms(layer: torch.nn.Module, attn: torch.nn.Module) -> dict[str, tup
 
 def _norm_weights(norm: torch.nn.Module) -> tuple[torch.Tensor, float]:
     return (1.0 + norm.weight.float()), norm.eps
+
+
+GELU_PIECE_ELEMENTS = 16384  # ATen runs an elementwise op of up to this many elements on one thread
+
+
+def _gelu_rows(gate: torch.Tensor, approximate: str) -> torch.Tensor:
+    """GELU of each row of ``gate`` [1, n, width], every row computed as the row alone is. ATen
+    splits a longer block among threads at element offsets, mid-row, and a part's tail takes a
+    scalar path with another tanh, so a row's last bits depended on the block and the thread count
+    (``tests/test_models_lean.py``); pieces of whole rows short enough to stay on one thread keep
+    every row on the vectorized path."""
+    n, width = gate.shape[1], gate.shape[2]
+    rows = max(1, GELU_PIECE_ELEMENTS // width)
+    if n <= rows:
+        return F.gelu(gate, approximate=approximate)
+    return torch.cat([F.gelu(gate[:, i : i + rows], approximate=approximate) for i in range(0, n, rows)], 1)
 
 
 def _rms(x: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
