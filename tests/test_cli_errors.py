@@ -21,6 +21,7 @@ BAD_INPUTS = [
     (["generate", "--prompt", "hi", "--gamma", "0"], "--gamma must be >= 1"),
     (["run", "-o", "r", "--profile", "nosuch"], "unknown profile 'nosuch'"),
     (["run", "-o", "r", "--config", "missing.toml"], "config file 'missing.toml' not found"),
+    (["run", "-o", "README.md", "--profile", "quick"], "File exists: 'README.md'"),  # a file where the run's folder goes
     (["report", "nothing"], "nothing is not a babelspec run directory"),
     (["ngram", "train", "--corpus", "nosuch", "-o", "x.ngram"], "'nosuch' is neither a file or folder nor a language"),
     (["ngram", "train", "--corpus", "hau", "-o", "x.ngram"], "not Hausa (hau_Latn)"),
@@ -40,6 +41,7 @@ BAD_INPUTS = [
 def test_a_bad_input_ends_in_one_line_and_exit_2(args, names, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BABELSPEC_CORPORA", raising=False)
+    (tmp_path / "README.md").write_text("a user's file\n")
     res = CliRunner().invoke(app, args)
     # transformers' progress bar while a model loads is not babelspec's message
     lines = [line for line in re.split(r"[\r\n]", res.stderr) if line.strip() and "Loading weights" not in line]

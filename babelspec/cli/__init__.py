@@ -25,14 +25,16 @@ from babelspec.cli.study import report_command, run_command
 def user_errors() -> tuple[type[BaseException], ...]:
     """What the library raises on a user's input or missing data: bad values (``ValueError``:
     unknown languages, presets, configs, n-gram files, request fields ...), missing files and
-    corpora (``FileNotFoundError``: ``DataNotFoundError``), and what a run or bench cannot start
+    corpora (``FileNotFoundError``: ``DataNotFoundError``), paths that cannot be written where
+    given (a file where a run's folder goes, a folder where a file goes, no permission), and what a run or bench cannot start
     (a Ray cluster, a data build, a peer engine)."""
     from babelspec.bench.llamacpp import LlamaCppUnavailable
     from babelspec.data.build import BuildError
     from babelspec.experiments.executors import ExecutorError
     from babelspec.experiments.prepare import DrafterUnavailable
 
-    return ValueError, FileNotFoundError, ExecutorError, BuildError, DrafterUnavailable, LlamaCppUnavailable
+    return (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+            ExecutorError, BuildError, DrafterUnavailable, LlamaCppUnavailable)  # fmt: skip
 
 
 def error_exit(message: str) -> typer.Exit:
