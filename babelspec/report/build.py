@@ -507,6 +507,18 @@ def _timing_caveat(checks: dict[str, Any]) -> str:
     return text
 
 
+_GGUF_BASELINE = ("The target computed on its GGUF file's own quantized blocks (the gguf mode, the default for GGUF "
+                  "models on a CPU): its plain decoding, the baseline of every speedup here, ran at about 2.6x the "
+                  "bf16 target's and at 1.04-1.12x llama.cpp's on the same file (docs/benchmarks.md), so the same "
+                  "drafters gain less over it than over bf16's.")
+
+
+def _machines_precision(meta: dict[str, Any]) -> str:
+    """The target mode the run's generations recorded (``precision`` of its execution), or ""."""
+    execution = meta.get("execution", {}) or {}
+    return str(execution.get("precision", "") or "")
+
+
 def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
     """Data sizes, caveats, what was not measured, stage times, skips, versions."""
     meta = a.get("meta", {})
@@ -525,6 +537,7 @@ def _caveat_blocks(a: dict[str, Any]) -> list[Block]:
         "The target is a 270M-parameter base model on a CPU, not the paper's 9B verifier on a GPU; "
         "every speedup here is CPU wall-clock, with other jobs possibly sharing the machine "
         "(ratios are medians of side-by-side pairs to damp that).",
+        *([_GGUF_BASELINE] if _machines_precision(meta) == "gguf" else []),
         "The bundled corpora are tiny next to the paper's (software UI strings, the UDHR, CLDR "
         "phrases); n-gram drafters and distillation see far less text, and some languages have "
         "almost none (see the data table).",
