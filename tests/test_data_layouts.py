@@ -217,7 +217,7 @@ def test_data_list_cli(root: Path) -> None:
         if k in ("lang", "layout", "code", "split", "sentences")}
     write(root / "sib200/data/annotated/kab_Latn/dev.tsv", "index_id\tcategory\ttext\n4\tx\n")
     res = CliRunner().invoke(app, ["data", "list", "--data-root", str(root)])
-    assert res.exit_code == 1 and "kab_Latn/dev.tsv:2: expected 3 tab-separated columns" in res.output
+    assert res.exit_code == 2 and "kab_Latn/dev.tsv:2: expected 3 tab-separated columns" in res.output
 
 
 def test_a_set_folder_is_recognised(root: Path) -> None:

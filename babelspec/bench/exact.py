@@ -1,6 +1,9 @@
 """``babelspec bench exact``: whether every row of a bf16 block gets the bits of the same row
 computed alone after the same cache (the grid of contexts and block sizes, token trees, prefill in
-chunks), and what the exact forward costs against the earlier fast one, side by side.
+chunks), and what the exact bf16 forward costs (decode, verification, trees, prefill). The earlier
+fast path it was once timed against is gone; its numbers stay in
+``benchmarks/results/exact_bf16.json``. The gguf default's costs: ``babelspec bench forward
+--dtypes gguf,bfloat16``.
 """
 
 from __future__ import annotations

@@ -111,7 +111,7 @@ def _list_real(root: Path, tok, as_json: bool, wanted: list[str] | None = None) 
         rows = layout_catalogue(root, wanted)
     except DataFormatError as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2) from None  # a user's error: the one error exit's status
     if tok is not None:
         from babelspec.data.loaders import load_layout
 
@@ -253,6 +253,6 @@ def build_cmd(
         manifest = build(out, download_dir, topics=topics, log=lambda m: typer.echo(m, err=True))
     except BuildError as err:
         typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2) from None  # a user's error: the one error exit's status
     total = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     typer.echo(f"wrote {out}/ ({total / 1e6:.1f} MB, {len(manifest['sources'])} sources)")
