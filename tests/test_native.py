@@ -126,3 +126,18 @@ def test_the_build_is_keyed_by_compiler_and_a_missing_one_is_said(tmp_path, monk
             assert native.glue() is None
     finally:
         native.glue.cache_clear()
+
+
+@pytest.mark.parametrize("compiler", ["gcc-11", "gcc-12", "gcc-13", "gcc-14", "clang"])
+def test_the_c_sources_build_with_each_compiler_installed(compiler, tmp_path, monkeypatch):
+    """native.c and qmm.c with each compiler found here (GCC 11 is Ubuntu 22.04's: its function
+    clones dispatch on instruction sets, not on x86-64 levels, which GCC 12 added)."""
+    import shutil
+
+    from babelspec.forward import qmm
+
+    if shutil.which(compiler) is None:
+        pytest.skip(f"{compiler} is not installed here")
+    monkeypatch.setenv("CC", compiler)
+    native.build(out_dir=tmp_path)
+    native.build(qmm.SOURCE, out_dir=tmp_path, flags=qmm.FLAGS)

@@ -200,8 +200,11 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
 /* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
  * one for the CPU once: every call in a process runs the same instructions, so a row's bits do
  * not depend on the block around it (the clones may differ from each other, by FMA). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* GCC 11 (Ubuntu 22.04's) dispatches on instruction sets, not on x86-64 levels */
+#define CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define CLONES
 #endif
