@@ -125,3 +125,17 @@ def cli_result(proc: subprocess.Popen) -> dict:
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     return json.loads(out)
+
+
+def completions_at_once(client, model: str, jobs: list[tuple[list[int], str]], max_tokens: int) -> list[list[int]]:
+    """Greedy completions of (prompt ids, drafter name) jobs sent all at once: each one's token ids."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def complete(job: tuple[list[int], str]) -> list[int]:
+        prompt, drafter = job
+        r = client.completions.create(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0,
+                                      extra_body={"drafter": drafter})  # fmt: skip
+        return r.model_extra["babelspec"]["token_ids"]
+
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        return list(pool.map(complete, jobs))

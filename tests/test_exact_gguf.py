@@ -6,13 +6,11 @@ greedy decoding's tokens. Long prompts come from the bundled corpora (no corpora
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 import torch
 from edge import OPTIONS
 from exact_real import NEW_TOKENS, plain
-from serve_helpers import Server
+from serve_helpers import Server, completions_at_once
 
 from babelspec.bench.agreement import teacher_forced_agreement
 from babelspec.bench.exact import chain_grid, prefill_chunks, tree_grid
@@ -112,15 +110,7 @@ def test_the_server_on_the_default_mode_answers_plain_greedy_tokens(gguf, tmp_pa
                     log=tmp_path / "serve.log")  # fmt: skip
     try:
         client = server.wait().client()
-
-        def complete(job: tuple[list[int], str]) -> list[int]:
-            prompt, drafter = job
-            r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
-                                          extra_body={"drafter": drafter})  # fmt: skip
-            return r.model_extra["babelspec"]["token_ids"]
-
-        with ThreadPoolExecutor(2) as pool:
-            got = list(pool.map(complete, zip(prompts, ("npi", "plain"))))
+        got = completions_at_once(client, DEFAULT_TARGET, list(zip(prompts, ("npi", "plain"))), NEW_TOKENS)
         assert got == expected
     finally:
         server.close()

@@ -4,10 +4,8 @@ each request's tokens are plain greedy decoding's, bit for bit."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 from exact_real import MARKS, NEW_TOKENS, load_bf16, plain, prompt_ids, train_bigrams
-from serve_helpers import Server
+from serve_helpers import Server, completions_at_once
 
 from babelspec.models import DEFAULT_TARGET
 
@@ -26,15 +24,7 @@ def test_the_server_with_4_concurrent_requests_answers_plain_greedy_tokens(tmp_p
     server = Server("--target", DEFAULT_TARGET, "--precision", "none", "--batch", "4", *args, log=tmp_path / "serve.log")
     try:
         client = server.wait().client()
-
-        def complete(job: tuple[list[int], str]) -> list[int]:
-            prompt, drafter = job
-            r = client.completions.create(model=DEFAULT_TARGET, prompt=prompt, max_tokens=NEW_TOKENS, temperature=0,
-                                          extra_body={"drafter": drafter})  # fmt: skip
-            return r.model_extra["babelspec"]["token_ids"]
-
-        with ThreadPoolExecutor(len(LANGS)) as pool:
-            got = list(pool.map(complete, zip(prompts, LANGS)))
+        got = completions_at_once(client, DEFAULT_TARGET, list(zip(prompts, LANGS)), NEW_TOKENS)
         assert got == expected
     finally:
         server.close()

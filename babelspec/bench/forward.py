@@ -18,7 +18,12 @@ def weights_read_ms(model: torch.nn.Module, repeats: int = 7) -> tuple[float, fl
     as float32 words (whatever its dtype, the bytes reinterpreted), a read at about the memory
     bandwidth, where a bf16 sum would be bound by its conversions."""
     weights = list({p.data_ptr(): p.detach() for p in model.parameters()}.values())
-    words = [w.reshape(-1).view(torch.float32) for w in weights if w.is_contiguous() and w.nbytes % 4 == 0]
+    return _read_ms([w.reshape(-1).view(torch.float32) for w in weights if w.is_contiguous() and w.nbytes % 4 == 0],
+                    repeats)  # fmt: skip
+
+
+def _read_ms(words: list[torch.Tensor], repeats: int) -> tuple[float, float]:
+    """(MB of ``words``, median ms to sum every one of them once; the first round dropped)."""
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
@@ -34,14 +39,7 @@ def gguf_weights_read_ms(target: Target, repeats: int = 7) -> tuple[float, float
     products = [getattr(layer, kind) for layer in lean.layers for kind in ("qkv", "o", "gate_up", "down")]
     tensors = [t for p in [*products, lean.logits_of.project] for w in p.parts
                for t in (w.codes, w.high, w.scales, w.offsets) if t is not None]  # fmt: skip
-    words = [t.reshape(-1).view(torch.uint8)[: t.nbytes // 4 * 4].view(torch.float32) for t in tensors]
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        for w in words:
-            w.sum()
-        times.append(time.perf_counter() - t0)
-    return sum(w.nbytes for w in words) / 1e6, statistics.median(times[1:]) * 1e3
+    return _read_ms([t.reshape(-1).view(torch.uint8)[: t.nbytes // 4 * 4].view(torch.float32) for t in tensors], repeats)
 
 
 def _interleaved_block_times(targets: dict, names: list, blocks: tuple[int, ...], prompt: list[int],
