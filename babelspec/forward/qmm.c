@@ -26,7 +26,7 @@
 typedef uint16_t bf16;
 typedef int32_t quad __attribute__((may_alias, aligned(1))); /* 4 int8 activations read as one */
 #define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
-#define ROW_TILE 12 /* rows whose sums stay in registers; more rows re-read the panel from cache */
+#define ROW_TILE 12 /* rows whose sums stay in registers (PANEL_TILES names 1..11); more re-read the panel from cache */
 #define MAX_PARTS 4
 #define MAX_THREADS 64
 
@@ -159,6 +159,28 @@ static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, 
     }
 }
 
+/* The body of a panels_*_bits: every panel p0..p1, its rows in tiles of ROW_TILE and one of the
+ * rest, each tile's row count a constant the compiler sees (so its sums stay in registers). */
+#define PANEL_TILES(tile)                                                                                   \
+    for (long p = p0; p < p1; p++) {                                                                        \
+        long r0 = 0;                                                                                        \
+        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32); \
+        switch (a->m - r0) {                                                                                \
+        case 1: tile(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;                               \
+        case 2: tile(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;                               \
+        case 3: tile(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;                               \
+        case 4: tile(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;                               \
+        case 5: tile(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;                               \
+        case 6: tile(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;                               \
+        case 7: tile(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;                               \
+        case 8: tile(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;                               \
+        case 9: tile(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;                               \
+        case 10: tile(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;                             \
+        case 11: tile(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;                             \
+        default: break;                                                                                     \
+        }                                                                                                   \
+    }
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), always_inline)) inline
 #define AVX512_ENTRY __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c,fma"), noinline))
@@ -272,24 +294,7 @@ static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, c
 
 static AVX512 void panels_512_bits(const qweight *w, const qrows *a, long p0, long p1, const int bits, void *out,
                                    long out_stride, int out_f32) {
-    for (long p = p0; p < p1; p++) {
-        long r0 = 0;
-        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_512(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32);
-        switch (a->m - r0) {
-        case 1: tile_512(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;
-        case 2: tile_512(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;
-        case 3: tile_512(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;
-        case 4: tile_512(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;
-        case 5: tile_512(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
-        case 6: tile_512(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
-        case 7: tile_512(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
-        case 8: tile_512(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;
-        case 9: tile_512(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;
-        case 10: tile_512(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;
-        case 11: tile_512(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;
-        default: break;
-        }
-    }
+    PANEL_TILES(tile_512)
 }
 
 static AVX512_ENTRY void panels_512(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
@@ -385,24 +390,7 @@ static AVX2 void tile_256(const qweight *w, const qrows *a, long p, long r0, con
 
 static AVX2 void panels_256_bits(const qweight *w, const qrows *a, long p0, long p1, const int bits, void *out,
                                  long out_stride, int out_f32) {
-    for (long p = p0; p < p1; p++) {
-        long r0 = 0;
-        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile_256(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32);
-        switch (a->m - r0) {
-        case 1: tile_256(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;
-        case 2: tile_256(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;
-        case 3: tile_256(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;
-        case 4: tile_256(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;
-        case 5: tile_256(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;
-        case 6: tile_256(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;
-        case 7: tile_256(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;
-        case 8: tile_256(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;
-        case 9: tile_256(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;
-        case 10: tile_256(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;
-        case 11: tile_256(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;
-        default: break;
-        }
-    }
+    PANEL_TILES(tile_256)
 }
 
 static AVX2_ENTRY void panels_256(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
