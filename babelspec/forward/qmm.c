@@ -12,10 +12,8 @@
  *     t = s*d; v = t*I; [v = v - (o*d)*Q]; acc = acc + v, over the groups in ascending order;
  *   - the sum rounds to bf16 to nearest even.
  * So a row of any block gets the bits of the row alone, and the AVX-512 VNNI, AVX2 and portable
- * paths (and the torch form in qmm.py) give the same bits. Threads split the output panels,
- * never the inputs. */
-#include <pthread.h>
-#include <stdatomic.h>
+ * paths (and the torch form in qmm.py) give the same bits. Threads (torch's OpenMP ones) split
+ * the output panels, never the inputs. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -464,75 +462,10 @@ static void run(job_t *job) {
     }
 }
 #else
-/* Without OpenMP: a pool of worker threads kept between calls: a product of a decode step lasts 10-500 µs, about
- * what creating a thread costs. Workers spin a while for the next call, then sleep. */
-static struct {
-    pthread_mutex_t lock;
-    pthread_cond_t wake;
-    const job_t *job;
-    atomic_long generation, pending;
-    long started;
-} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
-
-#define SPIN 200000
-
-static void *worker(void *arg) {
-    long index = (long)(intptr_t)arg, seen = 0;
-    for (;;) {
-        long spins = 0;
-        while (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen && spins < SPIN) {
-#if defined(__x86_64__)
-            _mm_pause();
-#endif
-            spins++;
-        }
-        if (atomic_load_explicit(&pool.generation, memory_order_acquire) == seen) {
-            pthread_mutex_lock(&pool.lock);
-            while (atomic_load(&pool.generation) == seen) pthread_cond_wait(&pool.wake, &pool.lock);
-            pthread_mutex_unlock(&pool.lock);
-        }
-        seen = atomic_load_explicit(&pool.generation, memory_order_acquire);
-        const job_t *job = pool.job;
-        if (index < job->threads) {
-            run_slice(job, index);
-            atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_acq_rel);
-        }
-    }
-    return NULL;
-}
-
-static void forget_workers(void) { pool.started = 1; } /* a forked child has none of them */
-static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
-static void register_atfork(void) { pthread_atfork(NULL, NULL, forget_workers); }
-
+/* A compiler without OpenMP cannot build the library (qmm.py passes -fopenmp): the slices in turn. */
 static void run(job_t *job) {
-    pthread_once(&atfork_once, register_atfork);
-    if (pool.started < 1) pool.started = 1;
-    while (pool.started < job->threads) {
-        pthread_t id;
-        if (pthread_create(&id, NULL, worker, (void *)(intptr_t)pool.started) != 0) break;
-        pthread_detach(id);
-        pool.started++;
-    }
-    if (job->threads > pool.started) job->threads = pool.started; /* the slices follow the threads had */
-    if (job->threads == 1) {
-        run_slice(job, 0);
-        return;
-    }
-    pool.job = job;
-    atomic_store(&pool.pending, job->threads - 1);
-    pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add_explicit(&pool.generation, 1, memory_order_acq_rel);
-    pthread_cond_broadcast(&pool.wake);
-    pthread_mutex_unlock(&pool.lock);
-    run_slice(job, 0);
-    while (atomic_load_explicit(&pool.pending, memory_order_acquire) != 0) {
-#if defined(__x86_64__)
-        _mm_pause();
-#endif
-    }
+    for (long t = 0; t < job->threads; t++) run_slice(job, t);
 }
-
 #endif
 
 /* A stacked product's weights, checked once (bs_qmm_new) and kept for its calls. */
