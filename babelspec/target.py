@@ -138,21 +138,16 @@ def load_target(
     if options is not None or head != "full":
         options = replace(options if options is not None else ForwardOptions(), head=head)
     target = Target(model, tokenizer, forward=forward, options=options)
-    if precision == "w8a8":
+    if precision is not None:  # a target mode, made from the bf16 lean forward in place
         if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
-            raise ValueError("a w8a8 target needs the lean forward on the CPU (a Gemma-3 text model under eager "
-                             "attention, not forward='hf')")  # fmt: skip
-        quantize_w8a8(target.impl, lambda: calibrate(target))
-        target.name += " (w8a8)"
-        target.precision = precision
-        target.reset()
-    if precision == "gguf":
-        if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
-            raise ValueError("a gguf target needs the lean forward on the CPU (a Gemma-3 text model under eager "
-                             "attention, not forward='hf')")  # fmt: skip
-        with gguf_source(spec) as path:
-            use_gguf(target.impl, path, kernel)
-        target.name += " (gguf)"
+            raise ValueError(f"a {precision} target needs the lean forward on the CPU (a Gemma-3 text model under "
+                             "eager attention, not forward='hf')")  # fmt: skip
+        if precision == "w8a8":
+            quantize_w8a8(target.impl, lambda: calibrate(target))
+        else:
+            with gguf_source(spec) as path:
+                use_gguf(target.impl, path, kernel)
+        target.name += f" ({precision})"
         target.precision = precision
         target.reset()
     return target

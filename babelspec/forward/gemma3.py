@@ -569,7 +569,7 @@ def _gelu_rows(gate: torch.Tensor, approximate: str) -> torch.Tensor:
     """GELU of each row of ``gate`` [1, n, width], every row computed as the row alone is. ATen
     splits a longer block among threads at element offsets, mid-row, and a part's tail takes a
     scalar path with another tanh, so a row's last bits depended on the block and the thread count
-    (``tests/test_models_lean.py``); pieces of whole rows short enough to stay on one thread keep
+    (``tests/test_rowwise_threads.py``); pieces of whole rows short enough to stay on one thread keep
     every row on the vectorized path."""
     n, width = gate.shape[1], gate.shape[2]
     rows = max(1, GELU_PIECE_ELEMENTS // width)
