@@ -240,7 +240,8 @@ def test_the_pooled_estimate_is_the_normal_empirical_bayes_posterior():
         v = 1 / (1 / se2[lang] + 1 / tau2)
         m = v * (means[lang] / se2[lang] + mu / tau2)
         assert p.speedup == pytest.approx(math.exp(m), rel=1e-9)
-        assert p.low == pytest.approx(math.exp(m - 1.959963984540054 * math.sqrt(v)), rel=1e-9)
+        # limma's moderated t: 2 prompts and PRIOR_DF = 4 give 5 degrees of freedom, t = 2.5706
+        assert p.low == pytest.approx(math.exp(m - 2.570581835636314 * math.sqrt(v)), rel=1e-9)
         assert p.own == pytest.approx(math.exp(means[lang])) and p.prior == pytest.approx(math.exp(mu))
         assert p.tau == pytest.approx(math.sqrt(tau2)) and p.n_prompts == 2
     # under MIN_POOLED_LANGUAGES languages a mean stands alone (the variance is still pooled)
@@ -275,3 +276,14 @@ def test_ensemble_estimates_spread_the_posterior_means_to_the_expected_spread_of
     raw = np.log([s.speedup for s in agg.setting_stats(rows) if s.drafter == "int8"])
     assert e.var() < raw.var()
     assert ensemble_estimates(rows, set()) == {}
+
+
+def test_ensemble_estimates_leave_an_unpooled_setting_at_each_languages_own_mean():
+    from babelspec.experiments.route_choice import MIN_POOLED_LANGUAGES, ensemble_estimates, pooled_posteriors
+
+    few = LANGS[: MIN_POOLED_LANGUAGES - 1]
+    rows = _wide_run({lang: [1.1 + 0.05 * i, 1.3 - 0.02 * i, 1.2] for i, lang in enumerate(few)})
+    cells = {(lang, "translation", "int8", 4) for lang in few}
+    est, post = ensemble_estimates(rows, cells), pooled_posteriors(rows)
+    for k in cells:  # not shrunk, so not widened: each language's own mean
+        assert est[k] == pytest.approx(post[k].own, rel=1e-12)

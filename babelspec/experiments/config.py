@@ -95,14 +95,15 @@ class SequentialSection:
     After the grid's ``prompts_per_cell`` prompts, a cell gets ``step`` more prompts (half of
     them choose, half measure held out: ``aggregate.held_out_split``), every setting of it with
     plain decoding, while either no setting's choosing interval lies above 1.0 but one reaches
-    above it (it may pay, and more prompts can tell), or the held-out interval of the setting
-    the cell chose is wider than ``half_width`` on either side; up to ``max_prompts_per_cell``.
+    above it (it may pay, and more prompts can tell), or the choosing interval of the setting
+    the cell chose is wider than ``half_width`` on either side (the held-out prompts, as many,
+    never stop a round: ``sequential``); up to ``max_prompts_per_cell``.
     Each round is decided from the prompts of the rounds before it, so a resumed run takes the
     same rounds as one that never stopped (``experiments.sequential``)."""
 
     max_prompts_per_cell: int = 0  # the cap; 0: no rounds beyond prompts_per_cell
     step: int = 2  # prompts added per round: an even number, as many choose as measure
-    half_width: float = 0.15  # the held-out speedup interval's half-width to reach (x plain)
+    half_width: float = 0.15  # the choosing speedup interval's half-width to reach (x plain)
     min_speedup: float = 1.0  # the router's bar a choosing interval must clear
 
 

@@ -62,10 +62,12 @@ def pooled_posteriors(records: list[ExampleRecord], level: float = 0.95, prior_d
     speedup under the normal empirical-Bayes model the ``pooled`` rule uses (module docstring).
 
     A prompt's value is the mean over its seeds of log(plain / speculative seconds per token).
-    A setting whose languages give no prompt variance at all (one prompt each) gets no posterior."""
-    from scipy.stats import norm
+    A setting whose languages give no prompt variance at all (one prompt each) gets no posterior.
 
-    z = float(norm.ppf(0.5 + level / 2))
+    The bounds take Student's t quantile on the moderated variance's ``n - 1 + prior_df``
+    degrees of freedom (limma's moderated t), not the normal's: the variance is estimated, and
+    with 3 prompts and 4 prior degrees of freedom the 95 % quantile is 2.45, not 1.96."""
+    from scipy.stats import t as student_t
     by_setting: dict[tuple[str, str, int], dict[CellKey, list[float]]] = defaultdict(dict)
     for key, by_prompt in paired_ratios(records).items():
         logs = [float(np.mean(np.log(v))) for v in by_prompt.values() if v]
@@ -92,6 +94,7 @@ def pooled_posteriors(records: list[ExampleRecord], level: float = 0.95, prior_d
                 v = 1 / (1 / se2[k] + 1 / tau2)
                 m = v * (mean[k] / se2[k] + (mu / tau2 if pooled else 0.0))
             sd = math.sqrt(v)
+            z = float(student_t.ppf(0.5 + level / 2, n[k] - 1 + prior_df))
             out[k] = Posterior(speedup=math.exp(m), low=math.exp(m - z * sd), high=math.exp(m + z * sd),
                                own=math.exp(mean[k]), prior=math.exp(mu),
                                tau=math.sqrt(tau2) if pooled else math.nan, n_prompts=n[k], sd=sd)  # fmt: skip
@@ -105,7 +108,10 @@ def ensemble_estimates(records: list[ExampleRecord], cells: set[CellKey]) -> dic
 
     A quantile over languages of their noisy measured medians is biased outwards (each carries
     its prompts' noise), one of posterior means inwards (they are shrunk); these estimates' mean
-    and variance match the posterior's expected mean and variance of the true values."""
+    and variance match the posterior's expected mean and variance of the true values.
+
+    A setting with too few languages to pool (``MIN_POOLED_LANGUAGES``) keeps each language's
+    own mean: nothing was shrunk, so nothing is spread out again."""
     post = pooled_posteriors([r for r in records if r.drafter == BASELINE
                               or (r.language, r.task, r.drafter, r.gamma) in cells])  # fmt: skip
     by_setting: dict[tuple[str, str, int], list[tuple[CellKey, Posterior]]] = defaultdict(list)
@@ -116,7 +122,8 @@ def ensemble_estimates(records: list[ExampleRecord], cells: set[CellKey]) -> dic
         m = np.array([math.log(p.speedup) for _, p in items])
         spread = float(np.var(m))
         mean_var = float(np.mean([p.sd**2 for _, p in items]))
-        w = math.sqrt(1 + mean_var / spread) if spread > 0 else 1.0
+        pooled = not math.isnan(items[0][1].tau)
+        w = math.sqrt(1 + mean_var / spread) if pooled and spread > 0 else 1.0
         for (key, _), mi in zip(items, m):
             out[key] = math.exp(float(m.mean()) + w * (float(mi) - float(m.mean())))
     return out

@@ -7,6 +7,12 @@ prompts each cell runs: ``prompts_per_cell``, then ``step`` more per round (as m
 held-out prompts: ``aggregate.held_out_split`` splits by parity) while the cell is undecided
 (``undecided``), up to ``[sequential] max_prompts_per_cell``.
 
+Every decision reads the choosing prompts only. A rule that stopped on the held-out numbers
+(their interval narrow, their speedup agreeing with the forwards' timings) would stop more
+often when they happen to land near the prediction, and the held-out interval, which assumes
+a fixed number of prompts, would not cover that; on the choosing prompts alone, the held-out
+prompts of every round are a fixed sample given the rounds run.
+
 Rounds are replayed from the store: round r's decision reads only the prompts of the rounds
 before it, and a round whose prompts are not all stored stops the replay there (they run
 next). So a run that was killed and resumed takes exactly the rounds an unbroken run takes,
@@ -38,12 +44,12 @@ Cell = tuple[str, str]  # language, task
 
 @dataclass
 class Verdict:
-    """Why a cell's prompts so far do or do not decide it."""
+    """Why a cell's choosing prompts so far do or do not decide it."""
 
     undecided: bool
-    reason: str  # "router chose" / "nothing can pay" / "choosing straddles" / "held-out wide" / "timing disagrees"
+    reason: str  # "router chose" / "nothing can pay" / "choosing straddles" / "choosing wide" / "timing disagrees"
     setting: tuple[str, int] | None = None  # the setting the cell would choose (drafter, gamma)
-    held_out_half_width: float = math.nan
+    half_width: float = math.nan  # of the chosen setting's interval on the choosing prompts
 
 
 def _interval(by_prompt: dict[int, list[float]], key: tuple) -> tuple[float, float, float]:
@@ -53,25 +59,26 @@ def _interval(by_prompt: dict[int, list[float]], key: tuple) -> tuple[float, flo
 
 
 def undecided(records: list[ExampleRecord], half_width: float, min_speedup: float = 1.0) -> Verdict:
-    """Whether one cell's records leave it undecided.
+    """Whether one cell's records leave it undecided, on its choosing prompts alone (module
+    docstring: the held-out ones never stop a round).
 
     The cell chooses as the router does: the setting with the highest choosing median among
     those whose choosing interval lies above ``min_speedup``; where none does, the headline's
     (the highest choosing median). It is undecided while (a) no setting clears the bar but one
-    reaches above it, (b) the chosen setting's held-out 95% interval is more than
-    ``half_width`` wide on either side of its median (half its width; NaN, under 2 held-out
-    prompts, counts as wide), or (c) its measured speedup is further than
+    reaches above it, (b) the chosen setting's choosing 95% interval is more than
+    ``half_width`` wide on either side of its median (half its width; NaN, under 2 prompts,
+    counts as wide): the held-out prompts are as many, so their interval is expected as wide,
+    or (c) its measured speedup on the choosing prompts is further than
     ``aggregate.TIMING_AGREEMENT`` from what its own forwards' timings predict (its wall time
     holds something else: it is measured again on more prompts)."""
-    choose, measure = held_out_split(records)
+    choose, _ = held_out_split(records)
     fit = {key: _interval(rows, key) for key, rows in paired_ratios(choose).items()}
     if not fit:
         return Verdict(True, "no choosing pair yet")
     clears = {k: v for k, v in fit.items() if math.isfinite(v[1]) and v[1] > min_speedup}
     pool = clears or fit
     best = max(pool, key=lambda k: (pool[k][0], k))
-    held = paired_ratios(measure).get(best, {})
-    _, lo, hi = _interval(held, best) if held else (math.nan, math.nan, math.nan)
+    _, lo, hi = fit[best]
     width = (hi - lo) / 2 if math.isfinite(lo) and math.isfinite(hi) else math.nan
     setting = (best[2], best[3])
     if not clears:
@@ -79,14 +86,14 @@ def undecided(records: list[ExampleRecord], half_width: float, min_speedup: floa
             return Verdict(True, "choosing straddles", setting, width)
         return Verdict(False, "nothing can pay", setting, width)
     if not (width <= half_width):
-        return Verdict(True, "held-out wide", setting, width)
-    if abs(_agreement(records, best) - 1) > TIMING_AGREEMENT:  # NaN (nothing to check) passes
+        return Verdict(True, "choosing wide", setting, width)
+    if abs(_agreement(choose, best) - 1) > TIMING_AGREEMENT:  # NaN (nothing to check) passes
         return Verdict(True, "timing disagrees", setting, width)
     return Verdict(False, "router chose", setting, width)
 
 
 def _agreement(records: list[ExampleRecord], key: tuple) -> float:
-    """The chosen setting's measured speedup over what its forwards predict, on every prompt."""
+    """The setting's measured speedup on ``records`` over what its forwards predict."""
     lang, task, drafter, gamma = key
     rows = [r for r in records if (r.drafter, r.gamma) in ((BASELINE, 0), (drafter, gamma))]
     stats = [s for s in setting_stats(rows) if (s.drafter, s.gamma) == (drafter, gamma)]
