@@ -226,6 +226,8 @@ def test_the_worst_language_is_chosen_on_the_choosing_prompts_and_measured_on_th
     summary = agg.language_summary(rows)
     [h] = [h for h in agg.headline(rows, summary) if h["task"] == "*"]
     assert h["worst_language"] == "amh" and h["worst"] == pytest.approx(1.25)
+    # and the lowest held-out number beside it, named as such
+    assert h["lowest_language"] == "yor" and h["lowest"] == pytest.approx(0.9)
 
 
 def _int8_store(path):

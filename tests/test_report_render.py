@@ -27,8 +27,9 @@ def test_report_has_the_headline_worst_language_and_figures(run_dir):
     paths = build_report(run_dir)
     md = paths["markdown"].read_text()
     # every headline number has its bootstrap interval next to it
-    assert "Mean measured speedup 1.40x [1.40, 1.40]; worst language yor (story) 0.80x [0.80, 0.80]" in md
-    assert "worst (story)" in md and "With the router (`--drafter auto`): mean 1.50x [1.50, 1.50]" in md
+    assert ("Mean measured speedup 1.40x [1.40, 1.40]; worst language, ranked on its choosing prompts, "
+            "yor (story) 0.80x [0.80, 0.80] held out") in md
+    assert "worst on choosing prompts (story)" in md and "lowest held out (story)" in md and "With the router (`--drafter auto`): mean 1.50x [1.50, 1.50]" in md
     assert "| amh | story | fast | 3 | 0.70 | 2.00x [2.00, 2.00] | 2 |" in md
     assert "Cross-task matrix" in md and "(in-task)" in md and "(held-out)" in md
     assert "babelspec.distill is not available" in md  # skipped settings and why
