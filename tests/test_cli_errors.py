@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from babelspec.cli import app
+from babelspec.forward.kernels import onednn_packs_bf16
 from babelspec.forward.native import glue
 
 # (arguments, what the message names); each runs from an empty folder with no corpora folder
@@ -58,8 +59,27 @@ def _plan(env: dict[str, str], *root: str) -> dict:
 
 
 def test_the_command_line_chooses_the_forward_it_loads():
-    if glue() is None:
-        pytest.skip("no C compiler here: the glue is off whatever is chosen")
+    if glue() is None or not onednn_packs_bf16():
+        pytest.skip("no C compiler, or no bf16 packing (an AVX2-only CPU): the exact path and its glue are off "
+                    "whatever is chosen")
     assert _plan({"BABELSPEC_NATIVE": None, "BABELSPEC_FORWARD": None})["glue"] is True
     assert _plan({"BABELSPEC_NATIVE": "0"})["glue"] is False
     assert _plan({"BABELSPEC_NATIVE": None, "BABELSPEC_FORWARD": None}, "--forward", "hf")["forward"] == "hf"
+
+
+def test_the_servers_a_bench_starts_get_the_root_commands_forward_choice():
+    """``babelspec --no-native bench serve`` (or ``BABELSPEC_NATIVE=0``) starts its servers with
+    the same choice: it reaches them as arguments, not only through the environment."""
+    import importlib
+
+    import typer
+
+    from babelspec.bench.cli import root_args
+
+    core = importlib.import_module(typer.BadParameter.__module__.rpartition(".")[0] + ".core")
+    command = typer.main.get_command(app)
+    with core.Context(command, obj={"forward": "hf", "native": False}):
+        assert root_args() == ["--forward", "hf", "--no-native"]
+    with core.Context(command, obj={}):
+        assert root_args() == []
+    assert root_args() == []  # outside a command

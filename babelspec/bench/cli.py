@@ -41,6 +41,17 @@ def forward_choice() -> dict[str, Any]:
     return choice
 
 
+def root_args() -> list[str]:
+    """The root command's ``--forward``/``--native`` choices as command-line arguments, for the
+    ``babelspec serve`` processes a bench starts: they see the same forward as the bench's own
+    targets, however the choice was given (flag or environment variable)."""
+    given = root_choice()
+    args = ["--forward", given["forward"]] if "forward" in given else []
+    if "native" in given:
+        args.append("--native" if given["native"] else "--no-native")
+    return args
+
+
 def _emit(result: dict, output: str | None) -> None:
     """Print ``result`` as JSON, and write it to ``output`` too when given."""
     from babelspec.fileio import emit_json
@@ -82,7 +93,7 @@ def bench_exact(
 
     if rounds < 1 or context < 1:
         raise typer.BadParameter("--rounds and --context must be >= 1")
-    _run(output, exact_costs, target, data_root, rounds=rounds, context=context)
+    _run(output, exact_costs, target, data_root, rounds=rounds, context=context, **forward_choice())
 
 
 @bench_app.command("head")
@@ -411,7 +422,7 @@ def bench_serve_command(
     figures = bench_serve(target=target, drafters=[d for d in drafters.split(",") if d], router=router,
                           clients=client_counts, requests=requests, max_tokens=max_tokens,
                           langs=[x for x in langs.split(",") if x], port=port, threads=threads,
-                          batches=batches)  # fmt: skip
+                          batches=batches, babelspec_args=root_args())  # fmt: skip
     typer.echo(json.dumps(figures))
 
 
@@ -491,4 +502,4 @@ def bench_llama_server_command(
          slots=tuple(_counts("--slots", slots)), modes=_modes(modes),
          methods=tuple(m.strip() for m in methods.split(",") if m.strip()),
          with_babelspec=babelspec_server, threads=_positive("--threads", threads),
-         data_root=data_root)  # fmt: skip
+         data_root=data_root, babelspec_args=root_args())  # fmt: skip

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from babelspec.forward import ForwardOptions
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.target import Target
 
@@ -114,17 +115,17 @@ def _median_ms(times: list[float]) -> float:
 
 
 def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, rounds: int = 15,
-                context: int = 300) -> dict:  # fmt: skip
+                context: int = 300, forward: str | None = None, options: ForwardOptions | None = None) -> dict:  # fmt: skip
     """The exact bf16 forward's costs, each shape once per round in an order reversed every round:
     decode ms/token, verification of 2, 4, 8 and 16 tokens and a token tree of 8 (also in decode
     steps), prefill tokens/s at 300 and 1,000 tokens; and, with ``root`` (a corpora folder), the
     exactness grid on a 4-shot FLORES-200 Amharic prompt. (The numbers of the earlier,
-    non-invariant path beside these: ``benchmarks/results/exact_bf16.json``.)"""
+    non-invariant path beside these: ``benchmarks/results/exact_bf16.json``.) ``forward`` and
+    ``options`` are ``load_target``'s (the command line's ``--forward``/``--no-native``)."""
     from babelspec.machine import execution_info
-    from babelspec.models import load_model
+    from babelspec.target import load_target
 
-    model, tokenizer = load_model(target, dtype="bfloat16")
-    t = Target(model, tokenizer)
+    t = load_target(target, dtype="bfloat16", forward=forward, options=options)
     lean = _lean(t)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(10, 50_000, (1, 1_100), generator=g)
@@ -158,7 +159,7 @@ def exact_costs(target: str = "gemma-3-270m", root: str | Path | None = None, ro
     if root is not None:
         from babelspec.bench.tree import flores_prompts
 
-        prompt = list(flores_prompts("amh", tokenizer, 1, Path(root))[0].prompt_ids)
+        prompt = list(flores_prompts("amh", t.tokenizer, 1, Path(root))[0].prompt_ids)
         contexts = tuple(c for c in (5, 24, 97, 297) if c + 16 <= len(prompt))
         out["grid"] = {"prompt_tokens": len(prompt), **chain_grid(lean, prompt, contexts)}
     return out

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -102,10 +103,12 @@ def _babelspec_cell(port: int, target: str, drafter: str, lang: str, prompts: li
 
 
 def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str], slots: tuple[int, ...],
-                    modes: tuple[str, ...], threads: int, max_new_tokens: int) -> dict[tuple, dict[str, Any]]:  # fmt: skip
-    """babelspec's server (batching ``max(slots)`` requests), plain and with each language's table."""
+                    modes: tuple[str, ...], threads: int, max_new_tokens: int,
+                    babelspec_args: Sequence[str] = ()) -> dict[tuple, dict[str, Any]]:  # fmt: skip
+    """babelspec's server (batching ``max(slots)`` requests), plain and with each language's table;
+    ``babelspec_args``: the root command's options it starts with (``--no-native``)."""
     cells = {}
-    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--threads", str(threads),
+    cmd = [sys.executable, "-m", "babelspec", *babelspec_args, "serve", "--target", target, "--threads", str(threads),
            "--batch", str(max(slots)), "--queue-size", str(2 * max(slots)), "--drafter", "none"]  # fmt: skip
     for lang in langs:
         cmd += ["--drafter", f"ngram:{folder / lang}.ngram"]
@@ -125,7 +128,8 @@ def _babelspec_runs(target: str, folder: Path, items: list[Any], langs: list[str
 def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server: str = "",
                        prompts_per_lang: int = 4, max_new_tokens: int = 48, slots: tuple[int, ...] = (1, 4),
                        modes: tuple[str, ...] = ("greedy", "sample"), methods: tuple[str, ...] = METHODS,
-                       with_babelspec: bool = True, threads: int = 2, data_root: str = "") -> dict[str, Any]:  # fmt: skip
+                       with_babelspec: bool = True, threads: int = 2, data_root: str = "",
+                       babelspec_args: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
     """Per language, slots, mode and method: tokens/s, drafted and accepted tokens, and the ratio
     to llama-server plain (and, for babelspec's server, to its own plain decoding)."""
     from babelspec.bench.llamacpp import gguf_for
@@ -167,7 +171,8 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
                             cells[("llama-server/" + method, lang, s, mode)] = _llama_cell(
                                 port, prompts, s, mode == "greedy", max_new_tokens)
         if with_babelspec:
-            cells.update(_babelspec_runs(target, folder, items, langs, slots, modes, threads, max_new_tokens))
+            cells.update(_babelspec_runs(target, folder, items, langs, slots, modes, threads, max_new_tokens,
+                                         babelspec_args))
     rows = []
     for (engine_method, lang, s, mode), cell in cells.items():
         engine, method = engine_method.split("/", 1)

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from babelspec.bench.processes import free_port, start, stop
@@ -38,8 +39,8 @@ def _prompts(target: str, langs: list[str], n: int) -> list[tuple[str, str]]:
 
 
 def _start(target: str, drafters: list[str], router: str | None, port: int, queue: int,
-           threads: int, batch: int) -> subprocess.Popen:  # fmt: skip
-    cmd = [sys.executable, "-m", "babelspec", "serve", "--target", target, "--port", str(port), "--queue-size",
+           threads: int, batch: int, babelspec_args: Sequence[str] = ()) -> subprocess.Popen:  # fmt: skip
+    cmd = [sys.executable, "-m", "babelspec", *babelspec_args, "serve", "--target", target, "--port", str(port), "--queue-size",
            str(queue), "--threads", str(threads), "--batch", str(batch)] + (["--router", router] if router else [])  # fmt: skip
     for spec in drafters:  # the server offers exactly the drafters compared, each named by its spec
         cmd += ["--drafter", spec]
@@ -68,9 +69,11 @@ def _cell_entry(b: int, c: int, d: str, rec: list[dict], wall: float, reference:
 
 def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None, router: str | None = None,
                 clients: int | list[int] = 4, requests: int = 16, max_tokens: int = 32, langs: list[str] | None = None,
-                port: int = 0, threads: int = 0, batches: list[int] | None = None) -> dict:  # fmt: skip
+                port: int = 0, threads: int = 0, batches: list[int] | None = None,
+                babelspec_args: Sequence[str] = ()) -> dict:  # fmt: skip
     """Per server batch size, number of concurrent clients and drafter: p50/p99 latency and
-    aggregate tokens/s; ratios against the first client count and the first batch size."""
+    aggregate tokens/s; ratios against the first client count and the first batch size.
+    ``babelspec_args``: the root command's options each server starts with (``--no-native``)."""
     import openai
 
     drafters = drafters or ["none", "auto"]
@@ -98,7 +101,8 @@ def bench_serve(target: str = "gemma-3-270m", drafters: list[str] | None = None,
     try:
         for b in batches:
             p = (port + len(servers)) if port else free_port()
-            proc = _start(target, drafters, router, p, queue=2 * max(client_counts), threads=threads, batch=b)
+            proc = _start(target, drafters, router, p, queue=2 * max(client_counts), threads=threads, batch=b,
+                          babelspec_args=babelspec_args)
             servers[b] = (proc, openai.OpenAI(base_url=f"http://127.0.0.1:{p}/v1", api_key="unused",
                                               max_retries=0, timeout=3600))  # fmt: skip
         for b in batches:  # warm-up: builds each drafter for each language, outside the timing
