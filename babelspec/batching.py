@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from greenlet import greenlet
 
+from babelspec.errors import UserError
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache
 from babelspec.forward.gemma3 import Block
@@ -65,14 +66,14 @@ class EngineLoop:
 
     def __init__(self, target: Target, batch: int = 1, max_rows: int = MAX_BATCH_ROWS) -> None:
         if batch < 1:
-            raise ValueError(f"batch must be at least 1, got {batch}")
+            raise UserError(f"batch must be at least 1, got {batch}")
         if max_rows < 1:
-            raise ValueError(f"max_rows must be at least 1, got {max_rows}")
+            raise UserError(f"max_rows must be at least 1, got {max_rows}")
         self.target, self.shared = target, None
         self.max_rows = 1
         if batch > 1:
             if not target.impl.batches:
-                raise ValueError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
+                raise UserError("batching needs the lean forward (a Gemma-3 text model under eager attention, "
                                  "not forward='hf'); serve this model one request at a time")  # fmt: skip
             self.shared = target.impl
             self.max_rows = self.shared.batch_rows(max_rows) if max_rows > 1 else 1

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, Verdict, check_vocabulary
+from babelspec.errors import UserError
 from babelspec.forward import HeadRequest
 from babelspec.forward.certified import CERTIFIED_TOP_K
 from babelspec.machine import execution_plan
@@ -123,21 +124,21 @@ def validate_request(
 ) -> None:
     check_vocabulary(drafter, target)
     if not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1 (got {gamma!r}); use the drafter 'none' "
+        raise UserError(f"gamma must be an integer >= 1 (got {gamma!r}); use the drafter 'none' "
                          "for plain decoding")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
+        raise UserError(f"max_new_tokens must be an integer >= 0 (got {max_new_tokens!r})")
     if len(prompt_ids) == 0:
-        raise ValueError("the prompt is empty: give at least one token (e.g. the BOS token)")
+        raise UserError("the prompt is empty: give at least one token (e.g. the BOS token)")
     if target.max_context is not None and len(prompt_ids) + max_new_tokens > target.max_context:
-        raise ValueError(
+        raise UserError(
             f"prompt ({len(prompt_ids)} tokens) + max_new_tokens ({max_new_tokens}) exceeds the "
             f"model's context window of {target.max_context} tokens; shorten the prompt or lower "
             "max_new_tokens"
         )
     bad = [t for t in prompt_ids if not 0 <= t < target.vocab_size]
     if bad:
-        raise ValueError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
+        raise UserError(f"prompt token ids {bad[:5]} are outside the vocabulary [0, {target.vocab_size})")
 
 
 def accept_or_reject(q: Probs, draft: Draft, rng: np.random.Generator) -> tuple[int, int]:
@@ -349,10 +350,10 @@ def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamm
         _warn_if_not_exact(target)
     tokenizer = target.tokenizer
     if any(not isinstance(s, str) or not s for s in stop_strings):
-        raise ValueError(f"stop strings must be non-empty strings (got {list(stop_strings)!r}): an empty one "
+        raise UserError(f"stop strings must be non-empty strings (got {list(stop_strings)!r}): an empty one "
                          "would stop before the first token")
     if stop_strings and tokenizer is None:
-        raise ValueError("stop strings need a target with a tokenizer to decode the output")
+        raise UserError("stop strings need a target with a tokenizer to decode the output")
     if eos_token_ids is None:
         eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
         eos_token_ids = () if eos is None else (eos,)

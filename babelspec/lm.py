@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
+from babelspec.errors import UserError
 from babelspec.forward import Forward, ForwardOptions, build_forward
 from babelspec.forward.hf import TREE_ATTENTION
 
@@ -147,7 +148,7 @@ class CausalLM:
         each row's logits, which a certified head computes alone (others as -inf)."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
         if parents is not None and not self.verifies_tree(ids.shape[1]):
-            raise ValueError(self._no_tree_reason(ids.shape[1]))
+            raise UserError(self._no_tree_reason(ids.shape[1]))
         self.timer.start()
         logits = self.impl(ids, self.cache, logits_to_keep, parents, self.cached_len, head).float()
         self.timer.stop()

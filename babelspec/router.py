@@ -12,6 +12,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from babelspec.errors import UserError
 from babelspec.fileio import write_text_atomic
 
 BASELINE = "none"  # the setting name (and drafter spec) of plain decoding
@@ -65,7 +66,7 @@ class Router:
         mine = [r for r in self.routes if r.language == language]
         if not mine:
             known = ", ".join(sorted({r.language for r in self.routes})) or "none"
-            raise ValueError(
+            raise UserError(
                 f"the router has no route for language {language!r}; it knows: {known}. "
                 f"Run `babelspec run` on a config that includes {language!r}."
             )
@@ -74,7 +75,7 @@ class Router:
                 if r.task == wanted:
                     return r
         known = ", ".join(sorted({r.task for r in mine}))
-        raise ValueError(f"the router has no route for {language!r} / task {task!r}; tasks: {known}")
+        raise UserError(f"the router has no route for {language!r} / task {task!r}; tasks: {known}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,7 +97,7 @@ class Router:
     def load(cls, path: str | Path) -> Router:
         path = Path(path)
         if not path.is_file():
-            raise ValueError(f"router file {str(path)!r} not found; `babelspec run` writes runs/NAME/router.json")
+            raise UserError(f"router file {str(path)!r} not found; `babelspec run` writes runs/NAME/router.json")
         from pydantic import TypeAdapter, ValidationError
 
         try:
@@ -104,7 +105,7 @@ class Router:
             if not isinstance(data, dict):
                 raise TypeError(f"the file holds a JSON {type(data).__name__}, not an object")
             if data.get("version") != ROUTER_VERSION:
-                raise ValueError(f"router file version {data.get('version')!r}, expected {ROUTER_VERSION}")
+                raise UserError(f"router file version {data.get('version')!r}, expected {ROUTER_VERSION}")
             names = {f.name for f in fields(Route)}
             raw = data["routes"]
             if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
@@ -120,11 +121,11 @@ class Router:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise ValueError(f"{path}: not a babelspec router file (routes.{where}: {first['msg']})") from None
+            raise UserError(f"{path}: not a babelspec router file (routes.{where}: {first['msg']})") from None
         except KeyError as exc:
-            raise ValueError(f"{path}: not a babelspec router file (no {exc.args[0]!r} field)") from None
+            raise UserError(f"{path}: not a babelspec router file (no {exc.args[0]!r} field)") from None
         except (TypeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"{path}: not a babelspec router file ({exc})") from None
+            raise UserError(f"{path}: not a babelspec router file ({exc})") from None
         return cls(routes=routes, target=data.get("target", ""), min_speedup=data.get("min_speedup", 1.0),
                    rule=data.get("rule", "interval"))
 

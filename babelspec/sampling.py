@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
+from babelspec.errors import UserError
+
 # Warping divides logits by the temperature and scales them by the penalty: outside these
 # bounds a float32 row can overflow to inf and its probabilities to NaN, which would make the
 # rejection sampler accept every drafted token (no longer lossless). Refused at the boundary.
@@ -49,28 +51,28 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if not self.greedy and not (math.isfinite(self.temperature) and self.temperature > 0):
-            raise ValueError(
+            raise UserError(
                 f"temperature must be > 0 (got {self.temperature}); use greedy decoding for T = 0"
             )
         if not self.greedy and self.temperature < MIN_TEMPERATURE:
-            raise ValueError(f"temperature must be at least {MIN_TEMPERATURE} (got {self.temperature}): "
+            raise UserError(f"temperature must be at least {MIN_TEMPERATURE} (got {self.temperature}): "
                              "below it warping overflows; use greedy decoding for T = 0")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (got {self.top_k}); 0 turns it off")
+            raise UserError(f"top_k must be >= 0 (got {self.top_k}); 0 turns it off")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1] (got {self.top_p}); 1.0 turns it off")
+            raise UserError(f"top_p must be in (0, 1] (got {self.top_p}); 1.0 turns it off")
         if self.repetition_penalty <= 0:
-            raise ValueError(
+            raise UserError(
                 f"repetition_penalty must be > 0 (got {self.repetition_penalty}); 1.0 turns it off"
             )
         low, high = PENALTY_RANGE
         if not (math.isfinite(self.repetition_penalty) and low <= self.repetition_penalty <= high):
-            raise ValueError(f"repetition_penalty must be in [{low:g}, {high:g}] (got {self.repetition_penalty}); "
+            raise UserError(f"repetition_penalty must be in [{low:g}, {high:g}] (got {self.repetition_penalty}); "
                              "1.0 turns it off")
         if not 0 <= self.seed < 1 << 63:
-            raise ValueError(f"seed must be an integer in [0, 2**63) (got {self.seed})")
+            raise UserError(f"seed must be an integer in [0, 2**63) (got {self.seed})")
         if self.repetition_window < 0:
-            raise ValueError(f"repetition_window must be >= 0 (got {self.repetition_window})")
+            raise UserError(f"repetition_window must be >= 0 (got {self.repetition_window})")
 
     @classmethod
     def paper(cls, seed: int = 0, *, greedy: bool = False, repetition_penalty: float | None = None,

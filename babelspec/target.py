@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward import CACHE_ONLY, ForwardOptions, HeadRequest, LeanGemma3
 from babelspec.forward.gguf import use_gguf
 from babelspec.forward.options import HEADS
@@ -120,18 +121,18 @@ def load_target(
     ``forward`` (``"lean"`` or ``"hf"``) and ``options`` (``ForwardOptions``, whose head ``head``
     replaces): how the target computes (``forward.lean_forward``); its drafters compute so too."""
     if precision is not None and precision not in (*PRECISIONS, "none"):
-        raise ValueError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
+        raise UserError(f"unknown target precision {precision!r}; use one of {', '.join(PRECISIONS)} "
                          "or none for the loaded dtype's own")  # fmt: skip
     if precision is None:
         precision = default_precision(spec, device, dtype, head, forward)
     elif precision == "none":
         precision = None
     if head not in HEADS:
-        raise ValueError(f"unknown output head {head!r}; use one of {', '.join(HEADS)}")
+        raise UserError(f"unknown output head {head!r}; use one of {', '.join(HEADS)}")
     if head == "certified" and dtype in (None, "auto"):
         dtype = "bfloat16"
     if precision is not None and head == "certified":
-        raise ValueError(f"the certified head belongs to the bf16 target; use it without precision={precision!r}")
+        raise UserError(f"the certified head belongs to the bf16 target; use it without precision={precision!r}")
     if precision in PRECISIONS and dtype in (None, "auto"):
         dtype = "bfloat16"  # the modes are made from the bf16 model
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
@@ -140,7 +141,7 @@ def load_target(
     target = Target(model, tokenizer, forward=forward, options=options)
     if precision is not None:  # a target mode, made from the bf16 lean forward in place
         if not isinstance(target.impl, LeanGemma3) or target.device.type != "cpu":
-            raise ValueError(f"a {precision} target needs the lean forward on the CPU (a Gemma-3 text model under "
+            raise UserError(f"a {precision} target needs the lean forward on the CPU (a Gemma-3 text model under "
                              "eager attention, not forward='hf')")  # fmt: skip
         if precision == "w8a8":
             quantize_w8a8(target.impl, lambda: calibrate(target))

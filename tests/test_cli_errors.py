@@ -83,3 +83,27 @@ def test_the_servers_a_bench_starts_get_the_root_commands_forward_choice():
     with core.Context(command, obj={}):
         assert root_args() == []
     assert root_args() == []  # outside a command
+
+
+def test_a_user_error_is_one_line_and_any_other_value_error_keeps_its_traceback():
+    """``UserError`` is a user's input (exit 2, one line); a bare ``ValueError`` from inside is a
+    fault, and a one-line message would hide where it came from."""
+    import typer
+
+    from babelspec.cli import ErrorExitGroup
+    from babelspec.errors import UserError
+
+    tiny = typer.Typer(cls=ErrorExitGroup, pretty_exceptions_enable=False)
+
+    @tiny.command()
+    def fail(kind: str) -> None:
+        raise (UserError if kind == "user" else ValueError)(f"{kind} said no")
+
+    @tiny.command()
+    def other() -> None:  # two commands: the group stays a group
+        pass
+
+    user = CliRunner().invoke(tiny, ["fail", "user"])
+    assert user.exit_code == 2 and user.stderr.strip() == "error: user said no"
+    bug = CliRunner().invoke(tiny, ["fail", "bug"])
+    assert bug.exit_code == 1 and type(bug.exception) is ValueError and "error:" not in bug.stderr

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from babelspec.errors import UserError
+
 
 def top_tokens(model: Any, ids: list[int], tokens: list[int]) -> torch.Tensor:
     """``model``'s arg-max after each position of ``ids + tokens`` from the last prompt token on
@@ -24,7 +26,7 @@ def teacher_forced_agreement(reference: Any, other: Any, ids: list[int], tokens:
     """The share of ``tokens`` (a continuation of ``ids``) at which both models, fed
     ``ids + tokens``, pick the same next token."""
     if not tokens:
-        raise ValueError("teacher-forced agreement needs at least one continuation token")
+        raise UserError("teacher-forced agreement needs at least one continuation token")
     mine, theirs = top_tokens(reference, ids, tokens), top_tokens(other, ids, tokens)
     return float((mine == theirs).float().mean())
 

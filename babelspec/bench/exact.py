@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward import ForwardOptions
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
 from babelspec.target import Target
@@ -25,7 +26,7 @@ TREE_PARENTS = (-1, 0, 0, 1, 1, 2, 3, -1, 7, 8, 4, 10, 11, 5, 13, 6)  # two root
 
 def _lean(target: Target) -> LeanGemma3:
     if not isinstance(target.impl, LeanGemma3):
-        raise ValueError("bench exact needs the lean forward (a Gemma-3 text model on the CPU)")
+        raise UserError("bench exact needs the lean forward (a Gemma-3 text model on the CPU)")
     return target.impl
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from babelspec.bench.processes import serving
 from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
+from babelspec.errors import UserError
 
 METHODS = ("plain", "ngram-simple", "ngram-cache", "ngram-cache+babelspec")
 PAPER_SAMPLING = {"temperature": 1.0, "top_k": 100, "top_p": 0.9, "min_p": 0.0, "repeat_penalty": 1.1,
@@ -56,7 +57,7 @@ def llama_server_args(method: str, static: Path | None) -> list[str]:
         return ["--spec-type", method]
     if method == "ngram-cache+babelspec":
         return ["--spec-type", "ngram-cache", "--lookup-cache-static", str(static)]
-    raise ValueError(f"unknown llama-server method {method!r}; choose from {', '.join(METHODS)}")
+    raise UserError(f"unknown llama-server method {method!r}; choose from {', '.join(METHODS)}")
 
 
 def _requests(send: Any, prompts: list[list[int]], slots: int) -> tuple[list[dict[str, Any]], float]:

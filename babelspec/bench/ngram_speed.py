@@ -22,6 +22,7 @@ import torch
 
 from babelspec.drafters.base import Verdict
 from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
+from babelspec.errors import UserError
 from babelspec.ngram.counting import CountConfig, count_ngrams
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import SamplingConfig
@@ -91,7 +92,7 @@ def run_bench(
     corpus: str | None = None,
 ) -> dict[str, Any]:
     if n_tokens < 1000:
-        raise ValueError(f"--tokens must be >= 1000 (got {n_tokens})")
+        raise UserError(f"--tokens must be >= 1000 (got {n_tokens})")
     held_out = 200_000
     everything = zipf_tokens(n_tokens + held_out, vocab)
     tokens, stream = everything[:n_tokens], everything[n_tokens:].tolist()

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from babelspec.bench.warmup import WARM_UP_TOKENS, warm_up
+from babelspec.errors import UserError
 from babelspec.models.presets import DEFAULT_TARGET
 from babelspec.numeric import json_number, median
 
@@ -128,7 +129,7 @@ def benchmark_prompts(tokenizer: Any, langs: list[str], per_lang: int, task: str
         for prompt in get_task(task).prompts(lang, tokenizer, per_lang, chat=False, seed=seed):
             items.append(PromptItem(lang, tokenizer(prompt.text)["input_ids"], prompt.text))
     if not items:
-        raise ValueError(f"no {task} prompts for languages {langs}")
+        raise UserError(f"no {task} prompts for languages {langs}")
     return items
 
 

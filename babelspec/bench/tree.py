@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from babelspec.errors import UserError
 from babelspec.models.presets import DEFAULT_TARGET
 from babelspec.numeric import json_number, median
 
@@ -55,7 +56,7 @@ def real_ngram(lang: str, tokenizer: Any, root: Path, order: int = 2) -> Any:
 
     real = real_data(lang, root)
     if real is None:
-        raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+        raise UserError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
     sources = [parse_source(s).resolve(root) for s in real.monolingual]
     texts, _ = training_texts(sources, lang, parse_source(real.test).resolve(root))
     return train(texts, tokenizer, CountConfig(order=order), corpus_name=f"{lang}:real")
@@ -74,7 +75,7 @@ def real_root(bench: str, data_root: str) -> Path:
 
     root = corpora_root(data_root or None)
     if root is None:
-        raise ValueError(f"bench {bench} runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
+        raise UserError(f"bench {bench} runs on FLORES-200 test sentences: pass --data-root (the corpora folder) "
                          "or set BABELSPEC_CORPORA")
     return root
 
@@ -87,7 +88,7 @@ def flores_prompts(lang: str, tokenizer: Any, n: int, root: Path) -> list[Any]:
 
     real = real_data(lang, root)
     if real is None:
-        raise ValueError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
+        raise UserError(f"{root} holds no real sets for {lang}; see babelspec.data.real")
     return task_prompts("translation", lang, tokenizer, "test", n, sources=(real.test, real.shots), root=str(root))
 
 
@@ -174,7 +175,7 @@ def tree_bench(cfg: TreeBenchConfig, progress: bool = True) -> dict[str, Any]:
     root = real_root("tree", cfg.data_root)
     target = load_target(cfg.target, dtype=cfg.dtype, forward=cfg.forward, options=cfg.options)
     if not target.supports_trees:
-        raise ValueError(f"{cfg.target} cannot verify token trees (recurrent layers, or an attention without "
+        raise UserError(f"{cfg.target} cannot verify token trees (recurrent layers, or an attention without "
                          "custom masks)")
     specs = tree_specs(cfg)
 

@@ -21,6 +21,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from babelspec.errors import UserError
+
 PROPOSER = "babelspec.integrations.vllm.NgramProposer"
 CONFIGS = ("plain", "ngram", "babelspec")
 
@@ -33,7 +35,7 @@ def speculative_config(name: str, tokens: int) -> dict[str, Any] | None:
         return {"method": "ngram", "num_speculative_tokens": tokens, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
     if name == "babelspec":
         return {"method": "custom_class", "model": PROPOSER, "num_speculative_tokens": tokens}
-    raise ValueError(f"unknown vLLM configuration {name!r}; choose from {', '.join(CONFIGS)}")
+    raise UserError(f"unknown vLLM configuration {name!r}; choose from {', '.join(CONFIGS)}")
 
 
 def _counters(llm: Any) -> dict[str, float]:
@@ -94,7 +96,7 @@ def model_folder(spec: str) -> str:
     if spec in PRESETS:
         return str(converted_dir(spec, torch.bfloat16))
     if not (Path(spec).expanduser() / "config.json").is_file():
-        raise ValueError(f"{spec!r} is neither a packaged preset ({', '.join(sorted(PRESETS))}) nor a folder holding "
+        raise UserError(f"{spec!r} is neither a packaged preset ({', '.join(sorted(PRESETS))}) nor a folder holding "
                          "a Hugging Face checkpoint (config.json)")  # fmt: skip
     return str(Path(spec).expanduser())
 
@@ -110,7 +112,7 @@ def bench_vllm(langs: list[str], *, model: str = "gemma-3-270m", tables: str = "
         import vllm
         from vllm import LLM
     except ImportError as err:
-        raise ValueError(f"vLLM is not installed in this environment ({err}); `make vllm-env` makes one with "
+        raise UserError(f"vLLM is not installed in this environment ({err}); `make vllm-env` makes one with "
                          "its CPU build, then run build/vllm-venv/bin/babelspec bench vllm") from None  # fmt: skip
     from transformers import AutoTokenizer
 

@@ -20,11 +20,13 @@ from babelspec.cli.generate import generate
 from babelspec.cli.ngram_commands import ngram_app
 from babelspec.cli.serve import serve_command
 from babelspec.cli.study import report_command, run_command
+from babelspec.errors import UserError
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
-    """What the library raises on a user's input or missing data: bad values (``ValueError``:
-    unknown languages, presets, configs, n-gram files, request fields ...), missing files and
+    """What the library raises on a user's input or missing data: bad values (``UserError``:
+    unknown languages, presets, configs, n-gram files, request fields ...; any other
+    ``ValueError`` is babelspec's own fault and keeps its traceback), missing files and
     corpora (``FileNotFoundError``: ``DataNotFoundError``), paths that cannot be written where
     given (a file where a run's folder goes, a folder where a file goes, no permission), and what a run or bench cannot start
     (a Ray cluster, a data build, a peer engine)."""
@@ -33,7 +35,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from babelspec.experiments.executors import ExecutorError
     from babelspec.experiments.prepare import DrafterUnavailable
 
-    return (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
+    return (UserError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
             ExecutorError, BuildError, DrafterUnavailable, LlamaCppUnavailable)  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from babelspec.bench.cli import forward_choice
+from babelspec.errors import UserError
 
 ngram_app = typer.Typer(help="Train and inspect n-gram drafters.", no_args_is_help=True)
 
@@ -162,7 +163,7 @@ def export_command(
             lang, eq, path = item.partition("=")
             path = Path(path if eq else item)
             if not path.is_file():
-                raise ValueError(f"no n-gram file {str(path)!r}")
+                raise UserError(f"no n-gram file {str(path)!r}")
             named[lang.strip() if eq else language_of(NgramModel.load(path), path)] = path
         if router is not None:
             named.update({lang: path for lang, path in _router_tables(router).items() if lang not in named})
@@ -193,7 +194,7 @@ def _router_tables(path: Path) -> dict[str, Path]:
         if route.spec.startswith("ngram:") and route.language not in found:
             found[route.language] = Path(parse_spec(route.spec.removeprefix("ngram:"))[0])
     if not found:
-        raise ValueError(f"{path}: no per-language route drafts with an n-gram file")
+        raise UserError(f"{path}: no per-language route drafts with an n-gram file")
     return found
 
 

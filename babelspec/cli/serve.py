@@ -8,6 +8,7 @@ import typer
 
 from babelspec.bench.cli import forward_choice
 from babelspec.cli.generate import PRECISION_HELP
+from babelspec.errors import UserError
 
 
 def serve_command(
@@ -62,7 +63,7 @@ def serve_command(
         worker = Scheduler(tgt, served_model_name or target, drafter=offers, router=router, queue_size=queue_size,
                            request_timeout=request_timeout, detect=True, batch=batch)  # fmt: skip
     except APIError as err:
-        raise ValueError(err.message) from None  # the command line's one error exit
+        raise UserError(err.message) from None  # the command line's one error exit
     app = create_app(worker, max_body_bytes=max_body_bytes)
     offered = ", ".join(f"{name} ({spec})" if name != spec else name for name, spec in worker.offers.items())
     print(f"babelspec serve: {served_model_name or target} on http://{host}:{port}/v1; drafters {offered}, "

@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 
 from babelspec.data.languages import PAPER_LANGUAGES, Language, get_language
+from babelspec.errors import UserError
 
 SPLITS = ("train", "test")
 
@@ -51,7 +52,7 @@ def data_dir() -> Path:
 
 def _check_split(split: str) -> str:
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+        raise UserError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     return split
 
 

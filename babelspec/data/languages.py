@@ -14,8 +14,10 @@ import difflib
 from dataclasses import dataclass, field, replace
 from importlib import resources
 
+from babelspec.errors import UserError
 
-class UnknownLanguageError(ValueError):
+
+class UnknownLanguageError(UserError):
     """A language code or alias that names no language babelspec knows."""
 
 

@@ -30,9 +30,10 @@ from functools import cache
 from pathlib import Path
 
 from babelspec.data.languages import LANGUAGES, Language, get_language
+from babelspec.errors import UserError
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError):
     """A user data file that cannot be read as the format asked for."""
 
 
@@ -246,7 +247,7 @@ def _read_flores_file(path: Path, encoding: str) -> list[str]:
 def load_flores(root: str | Path, lang: str | Language, split: str = "devtest", *, encoding: str = "utf-8") -> list[str]:
     """One language's sentences from a FLORES+ / FLORES-200 folder (``dev`` or ``devtest``)."""
     if split not in ("dev", "devtest"):
-        raise ValueError(f"FLORES split must be 'dev' or 'devtest', got {split!r}")
+        raise UserError(f"FLORES split must be 'dev' or 'devtest', got {split!r}")
     code = "eng" if str(lang).lower() in ("eng", "en", "english") else get_language(lang).code
     return _read_flores_file(_flores_file(Path(root), code, split), encoding)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import platformdirs
 
 from babelspec.data.languages import get_language
+from babelspec.errors import UserError
 
 CORPORA_ENV = "BABELSPEC_CORPORA"
 
@@ -78,7 +79,7 @@ def corpora_root(explicit: str | os.PathLike | None = None) -> Path | None:
     ``data/annotated/LANG/``), ``ntrex/`` (NTREX-128), ``nllb_oldi_seed/`` (OLDI Seed) ... (docs/study.md, "Real sentences")."""
     if explicit:
         if not Path(explicit).is_dir():
-            raise ValueError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
+            raise UserError(f"data root {str(explicit)!r} is not a folder; pass the corpora folder "
                              f"(the one holding sib200/, ntrex/ ...) as --data-root DIR")
         return Path(explicit).resolve()
     for _, candidate in _candidates():

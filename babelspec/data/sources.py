@@ -25,6 +25,7 @@ from babelspec.data.loaders import (
     load_layout_pairs,
     load_tatoeba_pairs,
 )
+from babelspec.errors import UserError
 
 PARALLEL_FORMATS = ("bundled", "flores", "tatoeba", *LAYOUTS)
 
@@ -63,25 +64,25 @@ def parse_source(text: str) -> Source:
     m = _SOURCE.match(str(text).strip())
     forms = "bundled@train, bundled@test, FORMAT:PATH or FORMAT:PATH@SPLIT"
     if not m or m["fmt"] not in FORMATS:
-        raise ValueError(f"source {text!r}: expected {forms} with FORMAT one of {', '.join(FORMATS)}")
+        raise UserError(f"source {text!r}: expected {forms} with FORMAT one of {', '.join(FORMATS)}")
     fmt, path, split = m["fmt"], m["path"] or "", m["split"] or ""
     if fmt == "bundled":
         if path:
-            raise ValueError(f"source {text!r}: the bundled dataset takes no path; write bundled@{split or 'train'}")
+            raise UserError(f"source {text!r}: the bundled dataset takes no path; write bundled@{split or 'train'}")
         split = split or "train"
         if split not in corpus.SPLITS:
-            raise ValueError(f"source {text!r}: the bundled splits are {', '.join(corpus.SPLITS)}")
+            raise UserError(f"source {text!r}: the bundled splits are {', '.join(corpus.SPLITS)}")
     elif not path:
-        raise ValueError(f"source {text!r}: {fmt} needs a path, {fmt}:PATH")
+        raise UserError(f"source {text!r}: {fmt} needs a path, {fmt}:PATH")
     if fmt in LAYOUTS:
         splits = LAYOUT_SPLITS[fmt]
         split = split or ("all" if "all" in splits else "")
         if split not in splits:
-            raise ValueError(f"source {text!r}: {fmt} splits are {', '.join(splits)}; write {fmt}:{path}@SPLIT")
+            raise UserError(f"source {text!r}: {fmt} splits are {', '.join(splits)}; write {fmt}:{path}@SPLIT")
     if fmt == "flores":
         split = split or "devtest"
         if split not in ("dev", "devtest"):
-            raise ValueError(f"source {text!r}: FLORES splits are dev and devtest")
+            raise UserError(f"source {text!r}: FLORES splits are dev and devtest")
     return Source(fmt, path, split)
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from babelspec.data import corpus
 from babelspec.data.languages import Language, get_language
+from babelspec.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class Prompt:
     meta: dict = field(default_factory=dict)  # task, lang, template, index, source, topic …
 
 
-class UnknownTaskError(ValueError):
+class UnknownTaskError(UserError):
     """A task name that is not registered."""
 
 
@@ -82,7 +83,7 @@ def uses_chat(tokenizer: Any, chat: bool | None) -> bool:
         name = str(getattr(tokenizer, "name_or_path", "") or "")
         return has_template and not _BASE_NAME.search(name)
     if chat and not has_template:
-        raise ValueError(
+        raise UserError(
             "chat=True but this tokenizer has no chat template; use chat=False (base few-shot "
             "templates) or a tokenizer of an instruction-tuned model"
         )
@@ -123,7 +124,7 @@ def _token_counts(tokenizer: Any, texts: list[str]) -> list[int]:
 
 def _check_n(n: int) -> None:
     if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+        raise UserError(f"n must be a positive integer, got {n!r}")
 
 
 def _norm(text: str) -> str:
@@ -218,7 +219,7 @@ def topics(n: int = 200, seed: int = 0) -> list[dict]:
     _check_n(n)
     all_topics = list(_topics_cached(str(corpus.data_dir().resolve())))
     if n > len(all_topics):
-        raise ValueError(f"asked for {n} topics but the dataset holds {len(all_topics)}")
+        raise UserError(f"asked for {n} topics but the dataset holds {len(all_topics)}")
     if seed:
         random.Random(f"topics:{seed}").shuffle(all_topics)
     return all_topics[:n]

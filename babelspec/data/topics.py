@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from babelspec.errors import UserError
+
 MIN_CONCRETENESS = 4.0
 MIN_ADJ_COUNT = 5
 MAX_GLOVE_RANK = 50_000
@@ -53,7 +55,7 @@ def make_topics(
                         if c >= MIN_ADJ_COUNT and _WORD.match(w) and w in wordnet_adjectives
                         and glove_index.get(w, MAX_GLOVE_RANK) < MAX_GLOVE_RANK)
     if not nouns or not adjectives:
-        raise ValueError("no candidate nouns or adjectives: check the concreteness, Brown and WordNet inputs")
+        raise UserError("no candidate nouns or adjectives: check the concreteness, Brown and WordNet inputs")
     rng = np.random.default_rng(seed)
     picked = rng.choice(len(nouns), size=min(n, len(nouns)), replace=False)
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from babelspec.distill.teacher import PromptItem
+from babelspec.errors import UserError
 
 
 def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: int | None,
@@ -34,7 +35,7 @@ def task_prompts(task_name: str, lang: str, tokenizer: Any, split: str, limit: i
     prompts = task.prompts(lang, tokenizer, limit or 10**9, split=split, seed=seed, data=data)
     texts = [p.text for p in prompts]
     if not texts:
-        raise ValueError(f"no {task_name} prompts for {lang!r} on the {split} split")
+        raise UserError(f"no {task_name} prompts for {lang!r} on the {split} split")
     ids = tokenizer(texts, add_special_tokens=True).input_ids
     return [PromptItem(prompt_ids=tuple(i), stop_strings=tuple(p.stop_strings))
             for i, p in zip(ids, prompts)]
@@ -56,7 +57,7 @@ def monolingual_token_ids(lang: str, tokenizer: Any, split: str = "train",
     if limit_texts is not None:
         texts = texts[:limit_texts]
     if not texts:
-        raise ValueError(f"no monolingual {split} text for {lang!r}; see `babelspec data list`")
+        raise UserError(f"no monolingual {split} text for {lang!r}; see `babelspec data list`")
     return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=True).input_ids]
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from babelspec.errors import UserError
 from babelspec.ngram.counting import CountConfig, count_weighted
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import SamplingConfig, warp
@@ -52,9 +53,9 @@ class DistillConfig:
     def __post_init__(self) -> None:
         for name in ("order", "top_k", "scale", "chunk"):
             if getattr(self, name) < 1:
-                raise ValueError(f"distilled n-gram {name} must be >= 1 (got {getattr(self, name)})")
+                raise UserError(f"distilled n-gram {name} must be >= 1 (got {getattr(self, name)})")
         if self.max_tokens < 0 or self.corpus_weight < 0:
-            raise ValueError("distilled n-gram max_tokens and corpus_weight must be >= 0")
+            raise UserError("distilled n-gram max_tokens and corpus_weight must be >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +85,7 @@ class Observations:
 
     def model(self, config: CountConfig, tokenizer: dict[str, Any], training: dict[str, Any]) -> NgramModel:
         if not self._next:
-            raise ValueError("no text to distil the n-gram from")
+            raise UserError("no text to distil the n-gram from")
         return count_weighted(np.concatenate(self._contexts), np.concatenate(self._next),
                               np.concatenate(self._weights), config, tokenizer=tokenizer,
                               training={**training, "positions": self.positions})  # fmt: skip
@@ -209,7 +210,7 @@ def distil_texts(target: Any, texts: Iterable[str], *, sampling: SamplingConfig,
 
         items = get_task(task).prompts(lang, tok, prompts, split="train")
         if not items:
-            raise ValueError(f"no {task} train prompts for {lang!r} to distil on")
+            raise UserError(f"no {task} train prompts for {lang!r} to distil on")
         if log is not None:
             log(f"answering {len(items)} {task} train prompts")
         responses = task_responses(target, items, sampling, max_new_tokens)

@@ -22,6 +22,7 @@ import torch
 
 from babelspec.distill.soft_targets import Example, SoftTargetShards, build_soft_targets
 from babelspec.distill.trainer import TrainConfig, TrainState, latest_checkpoint, train
+from babelspec.errors import UserError
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import dtype_name
 
@@ -56,15 +57,15 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ValueError(f"data.k must be >= 1 (got {self.k})")
+            raise UserError(f"data.k must be >= 1 (got {self.k})")
         if self.logp_dtype not in ("float16", "float32"):
-            raise ValueError(f"data.logp_dtype must be float16 or float32 (got {self.logp_dtype!r})")
+            raise UserError(f"data.logp_dtype must be float16 or float32 (got {self.logp_dtype!r})")
         from babelspec.data.languages import get_language
 
         self.mix = [get_language(m).code for m in self.mix]
         for name in ("max_examples", "max_new_tokens", "max_tokens", "shard_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"data.{name} must be >= 1 (got {getattr(self, name)})")
+                raise UserError(f"data.{name} must be >= 1 (got {getattr(self, name)})")
 
 
 @dataclass
@@ -78,9 +79,9 @@ class EvalConfig:
         self.tasks = tuple(self.tasks)
         bad = [t for t in self.tasks if t not in EVAL_TASKS]
         if bad:
-            raise ValueError(f"eval.tasks {bad} unknown; choose from {', '.join(EVAL_TASKS)}")
+            raise UserError(f"eval.tasks {bad} unknown; choose from {', '.join(EVAL_TASKS)}")
         if self.prompts < 0 or self.max_new_tokens < 1:
-            raise ValueError("eval.prompts must be >= 0 and eval.max_new_tokens >= 1")
+            raise UserError("eval.prompts must be >= 0 and eval.max_new_tokens >= 1")
 
 
 @dataclass
@@ -98,11 +99,11 @@ class DistillConfig:
 
     def validate(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r})")
+            raise UserError(f"mode must be one of {', '.join(MODES)} (got {self.mode!r})")
         if not self.lang:
-            raise ValueError("a language is needed (--lang, e.g. --lang yor)")
+            raise UserError("a language is needed (--lang, e.g. --lang yor)")
         if self.dtype not in ("auto", "bfloat16", "float32"):
-            raise ValueError(f"dtype must be float32, bfloat16 or auto (got {self.dtype!r})")
+            raise UserError(f"dtype must be float32, bfloat16 or auto (got {self.dtype!r})")
         from babelspec.data.languages import get_language
 
         self.lang = get_language(self.lang).code
@@ -120,17 +121,17 @@ class DistillConfig:
             try:
                 source = parse_source(text).resolve(self.data_root or None)
             except ValueError as err:
-                raise ValueError(f"{name}: {err}") from None
+                raise UserError(f"{name}: {err}") from None
             if name != "data.text_sources" and source.format not in PARALLEL_FORMATS:
-                raise ValueError(f"{name} {text!r}: translation prompts need English-aligned text, one of "
+                raise UserError(f"{name} {text!r}: translation prompts need English-aligned text, one of "
                                  f"{', '.join(PARALLEL_FORMATS)}")
             if source.format != "bundled" and not Path(source.path).exists():
-                raise ValueError(f"{name} {text!r}: {source.path} does not exist; check --data-root")
+                raise UserError(f"{name} {text!r}: {source.path} does not exist; check --data-root")
         if d.shots_source and not (d.train_source or d.test_source):
-            raise ValueError("data.shots_source needs data.train_source or data.test_source (the sentences "
+            raise UserError("data.shots_source needs data.train_source or data.test_source (the sentences "
                              "the shots go with)")
         if d.mix and self.mode != "general":
-            raise ValueError("data.mix (a multilingual student) is for general mode")
+            raise UserError("data.mix (a multilingual student) is for general mode")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -173,11 +174,11 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Dist
     if path is not None:
         path = Path(path)
         if not path.exists():
-            raise ValueError(f"config file {path} does not exist")
+            raise UserError(f"config file {path} does not exist")
         try:
             raw = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as err:
-            raise ValueError(f"{path} is not valid TOML: {err}") from err
+            raise UserError(f"{path} is not valid TOML: {err}") from err
     for key, value in overrides.items():
         if value is None:
             continue
@@ -187,7 +188,7 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Dist
     top_known = {f.name for f in fields(DistillConfig)}
     unknown = set(raw) - top_known
     if unknown:
-        raise ValueError(f"unknown config keys {sorted(unknown)}; known: {sorted(top_known)}")
+        raise UserError(f"unknown config keys {sorted(unknown)}; known: {sorted(top_known)}")
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key in sections:
@@ -195,7 +196,7 @@ def load_config(path: str | os.PathLike | None = None, **overrides: Any) -> Dist
             known = {f.name for f in fields(cls)}
             bad = set(value) - known
             if bad:
-                raise ValueError(f"unknown [{key}] keys {sorted(bad)}; known: {sorted(known)}")
+                raise UserError(f"unknown [{key}] keys {sorted(bad)}; known: {sorted(known)}")
             kwargs[key] = cls(**value)
         else:
             kwargs[key] = value
@@ -392,7 +393,7 @@ def _claim_output(config: DistillConfig, out_dir: Path) -> None:
         now = json.loads(json.dumps(config.to_dict()))
         if {k: v for k, v in before.items() if k != "train"} != \
                 {k: v for k, v in now.items() if k != "train"}:
-            raise ValueError(f"{out_dir} holds a run with another configuration; resume it with "
+            raise UserError(f"{out_dir} holds a run with another configuration; resume it with "
                              "the same settings or use a new output directory")
     write_json_atomic(saved_config, config.to_dict())
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save
 
+from babelspec.errors import UserError
 from babelspec.fileio import sha256_file, write_bytes_atomic, write_json_atomic
 
 FORMAT = "babelspec-topk-cache"
@@ -26,7 +27,7 @@ VERSION = 1
 MANIFEST = "manifest.json"
 
 
-class SoftTargetsError(ValueError):
+class SoftTargetsError(UserError):
     """A cache directory that cannot be used as asked (mismatch, corruption, bad arguments)."""
 
 

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from babelspec.distill.soft_targets import Example
+from babelspec.errors import UserError
 from babelspec.sampling import SamplingConfig, logits_to_probs
 
 
@@ -114,7 +115,7 @@ def chunk_token_ids(token_lists: Sequence[Sequence[int]], max_tokens: int,
     the tokenizer has one), so training batches stay bounded."""
     room = max_tokens - (1 if bos is not None else 0)
     if room < 2:
-        raise ValueError(f"max_tokens must leave room for >= 2 tokens (got {max_tokens})")
+        raise UserError(f"max_tokens must leave room for >= 2 tokens (got {max_tokens})")
     out = []
     for ids in token_lists:
         ids = list(ids)
@@ -139,7 +140,7 @@ def warped_targets(model: nn.Module, ids: Sequence[int], response_start: int,
     """
     support = sampling.top_k if (sampling.top_k and not sampling.greedy) else 1
     if not sampling.greedy and (sampling.top_k == 0 or sampling.top_k > max_support):
-        raise ValueError(
+        raise UserError(
             f"expected acceptance is stored with at most {max_support} tokens per position; "
             f"use decoding settings with 1 <= top_k <= {max_support} (got top_k={sampling.top_k})")
     tensor = torch.as_tensor(list(ids), dtype=torch.long, device=_device(model)).view(1, -1)

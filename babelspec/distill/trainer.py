@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save, save_file
 from babelspec.distill.losses import LOSS_KINDS, topk_kd_loss
 from babelspec.distill.soft_targets import Example
 from babelspec.drafters.students import Student
+from babelspec.errors import UserError
 from babelspec.fileio import write_bytes_atomic, write_json_atomic
 
 
@@ -57,26 +58,26 @@ class TrainConfig:
         for name in ("steps", "batch_size", "grad_accum", "max_seq_len", "checkpoint_every",
                      "keep_checkpoints"):
             if getattr(self, name) < 1:
-                raise ValueError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
+                raise UserError(f"train.{name} must be >= 1 (got {getattr(self, name)})")
         for name in ("eval_every", "dev_examples", "patience", "min_delta", "budget_seconds"):
             if getattr(self, name) < 0:
-                raise ValueError(f"train.{name} must be >= 0 (got {getattr(self, name)})")
+                raise UserError(f"train.{name} must be >= 0 (got {getattr(self, name)})")
         if self.patience and not (self.eval_every and self.dev_examples):
-            raise ValueError("train.patience needs train.eval_every and train.dev_examples (the dev split "
+            raise UserError("train.patience needs train.eval_every and train.dev_examples (the dev split "
                              "early stopping watches)")
         if self.lr <= 0:
-            raise ValueError(f"train.lr must be > 0 (got {self.lr})")
+            raise UserError(f"train.lr must be > 0 (got {self.lr})")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"train.warmup_ratio must be in [0, 1) (got {self.warmup_ratio})")
+            raise UserError(f"train.warmup_ratio must be in [0, 1) (got {self.warmup_ratio})")
         if self.loss not in LOSS_KINDS:
-            raise ValueError(f"train.loss must be one of {', '.join(LOSS_KINDS)} (got {self.loss!r})")
+            raise UserError(f"train.loss must be one of {', '.join(LOSS_KINDS)} (got {self.loss!r})")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(values) - known
         if unknown:
-            raise ValueError(f"unknown [train] keys {sorted(unknown)}; known: {sorted(known)}")
+            raise UserError(f"unknown [train] keys {sorted(unknown)}; known: {sorted(known)}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,7 +215,7 @@ def load_checkpoint(path: Path, student: Student, optimizer, scheduler) -> Train
     params = _trainable(student)
     saved = load_file(str(path / "student.safetensors"))
     if set(saved) != set(params):
-        raise ValueError(f"checkpoint {path} does not match this student (different tensors); "
+        raise UserError(f"checkpoint {path} does not match this student (different tensors); "
                          "use a new output directory or the same student spec")
     with torch.no_grad():
         for name, tensor in saved.items():
@@ -331,11 +332,11 @@ def train(
     from transformers import get_cosine_schedule_with_warmup
 
     if not examples:
-        raise ValueError("no training examples (the cache is empty); check the data and mode")
+        raise UserError("no training examples (the cache is empty); check the data and mode")
     out_dir = Path(out_dir)
     params = list(_trainable(student).values())
     if not params:
-        raise ValueError("the student has no trainable parameters")
+        raise UserError("the student has no trainable parameters")
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     warmup = round(config.warmup_ratio * config.steps)
     scheduler = get_cosine_schedule_with_warmup(optimizer, warmup, config.steps)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from babelspec.drafters.base import Draft, Drafter, NoDrafter, check_vocabulary
+from babelspec.errors import UserError
 
 if TYPE_CHECKING:
     from babelspec.target import Target
@@ -116,7 +117,7 @@ def make_drafter(spec: str, target: Target, **context: Any) -> Drafter:
     prefix, _, arg = spec.partition(":")
     if prefix not in _FACTORIES:
         known = ", ".join(sorted(f"{p}:..." if p != "none" else p for p in _FACTORIES))
-        raise ValueError(f"unknown drafter spec {spec!r}; known forms: {known}")
+        raise UserError(f"unknown drafter spec {spec!r}; known forms: {known}")
     drafter = _FACTORIES[prefix](arg, target, context)
     check_vocabulary(drafter, target, name=spec)
     return drafter

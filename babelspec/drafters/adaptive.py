@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, DrafterWrapper, Verdict
+from babelspec.errors import UserError
 from babelspec.sampling import SamplingConfig
 from babelspec.speedup import expected_tokens_per_step
 
@@ -71,10 +72,10 @@ class AdaptiveDrafter(DrafterWrapper):
         measured costs, or a test's); ``warmup`` drafted steps run at the gamma asked for."""
         super().__init__(inner)
         if warmup < 0 or probe_every < 1:
-            raise ValueError(f"warmup must be >= 0 and probe_every >= 1 (got {warmup}, {probe_every})")
+            raise UserError(f"warmup must be >= 0 and probe_every >= 1 (got {warmup}, {probe_every})")
         for label, cost in (("draft_cost", draft_cost), ("verify_cost", verify_cost)):
             if cost is not None and not (math.isfinite(cost) and cost >= 0):
-                raise ValueError(f"{label} must be a finite cost >= 0 in plain decode steps (got {cost})")
+                raise UserError(f"{label} must be a finite cost >= 0 in plain decode steps (got {cost})")
         self.name = f"adaptive[{inner.name}]"
         self.draft_cost, self.verify_cost = draft_cost, verify_cost
         self.warmup, self.probe_every = warmup, probe_every
@@ -145,5 +146,5 @@ class AdaptiveDrafter(DrafterWrapper):
 def adaptive_drafter(arg: str, target: Target, context: dict[str, Any], make: Callable[..., Drafter]) -> Drafter:
     """``adaptive:SPEC``: the drafter ``SPEC`` names, at the gamma each step measures pays most."""
     if not arg or arg.startswith(("adaptive", "none")):
-        raise ValueError(f"adaptive: wraps a drafter spec, e.g. adaptive:int8:amh or adaptive:ngram:FILE (got {arg!r})")
+        raise UserError(f"adaptive: wraps a drafter spec, e.g. adaptive:int8:amh or adaptive:ngram:FILE (got {arg!r})")
     return AdaptiveDrafter(make(arg, target, **context))

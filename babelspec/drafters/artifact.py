@@ -21,6 +21,7 @@ from babelspec.drafters.students import (
     embedding_fingerprint,
     load_trained,
 )
+from babelspec.errors import UserError
 from babelspec.fileio import write_bytes_atomic, write_json_atomic
 
 FORMAT = "babelspec-distilled-drafter"
@@ -29,7 +30,7 @@ METADATA = "distilled.json"
 WEIGHTS = "student.safetensors"
 
 
-class DistilledDrafterError(ValueError):
+class DistilledDrafterError(UserError):
     """A directory that is not a usable distilled drafter for this target."""
 
 

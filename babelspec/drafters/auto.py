@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, DrafterWrapper, NoDrafter, Verdict
+from babelspec.errors import UserError
 from babelspec.numeric import finite_or
 from babelspec.router import Route, Router, default_router_path
 from babelspec.sampling import SamplingConfig
@@ -116,7 +117,7 @@ def auto_drafter(arg: str, target: Target, context: dict[str, Any],
     """``auto[:ROUTER]``: the routed drafter; ``make`` builds the route's drafter from its spec."""
     lang = context.get("lang")
     if not lang:
-        raise ValueError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")
+        raise UserError("the auto drafter needs a language: pass --lang L (e.g. --lang amh)")
     from babelspec.data.languages import get_language
 
     lang = get_language(lang).code
@@ -124,7 +125,7 @@ def auto_drafter(arg: str, target: Target, context: dict[str, Any],
     try:
         router = Router.load(path)
     except ValueError as exc:
-        raise ValueError(
+        raise UserError(
             f"{exc}. Pass auto:runs/NAME/router.json (every `babelspec run` writes one), or make a "
             f"run's router the default with `babelspec run ... --install-router`"
         ) from None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from babelspec.errors import UserError
 from babelspec.sampling import Probs, SamplingConfig
 
 _NO_PROBS = Probs.point([])
@@ -208,7 +209,7 @@ def resolve_gamma(requested: int | None, drafter: Drafter) -> int:
 def check_vocabulary(drafter: Drafter, target, *, name: str | None = None) -> None:
     """Raise ``ValueError`` unless the drafter drafts in the target's vocabulary."""
     if drafter.vocab_size is not None and drafter.vocab_size != target.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"drafter {name or drafter.name!r} has a vocabulary of {drafter.vocab_size} tokens but "
             f"the target has {target.vocab_size}; a drafter must use the target's tokenizer"
         )

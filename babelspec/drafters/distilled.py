@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from babelspec.drafters.base import Drafter
+from babelspec.errors import UserError
 
 
 def distilled_drafter(arg: str, target: Any, context: dict[str, Any]) -> Drafter:
@@ -16,7 +17,7 @@ def distilled_drafter(arg: str, target: Any, context: dict[str, Any]) -> Drafter
     from babelspec.drafters.model import ModelDrafter
 
     if not arg:
-        raise ValueError("distilled:DIR needs the directory written by `babelspec distill -o DIR`")
+        raise UserError("distilled:DIR needs the directory written by `babelspec distill -o DIR`")
     meta = read_metadata(arg)
     student = load_distilled(arg, target.model)
     student.model.to(target.device)

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, Verdict
+from babelspec.errors import UserError
 from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
@@ -79,6 +80,6 @@ def load_causal_lm(spec: str, target: Target) -> torch.nn.Module:
 
 def model_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     if not arg:
-        raise ValueError("the drafter spec 'model:' needs a preset, local path or hub name, "
+        raise UserError("the drafter spec 'model:' needs a preset, local path or hub name, "
                          "e.g. model:qwen3.5-0.8b")
     return ModelDrafter(target.sibling(load_causal_lm(arg, target)), name=f"model:{arg}")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, Verdict
+from babelspec.errors import UserError
 from babelspec.ngram.model import NgramModel
 from babelspec.sampling import Probs, SamplingConfig, nucleus_size
 
@@ -83,22 +84,22 @@ class NgramDraftConfig:
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
-            raise ValueError(f"unknown n-gram mode {self.mode!r}; choose one of {', '.join(MODES)}")
+            raise UserError(f"unknown n-gram mode {self.mode!r}; choose one of {', '.join(MODES)}")
         if self.unseen not in UNSEEN_POLICIES:
-            raise ValueError(
+            raise UserError(
                 f"unknown unseen-context policy {self.unseen!r}; choose one of {', '.join(UNSEEN_POLICIES)}"
             )
         if not 0.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be in [0, 1] (got {self.threshold})")
+            raise UserError(f"threshold must be in [0, 1] (got {self.threshold})")
         if self.width < 1:
-            raise ValueError(f"width must be >= 1 (got {self.width})")
+            raise UserError(f"width must be >= 1 (got {self.width})")
         if self.min_backoff < 0 or self.lookup < 0 or self.lookup_min < 1:
-            raise ValueError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
+            raise UserError("min_backoff and lookup must be >= 0 and lookup_min >= 1")
         if not 0 <= self.recycle <= self.width:
-            raise ValueError(f"recycle must be in [0, width={self.width}] (got {self.recycle}); "
+            raise UserError(f"recycle must be in [0, width={self.width}] (got {self.recycle}); "
                              "0 turns Token Recycling off")
         if self.tree < -1 or self.branch < 1:
-            raise ValueError(f"tree must be >= 0 (0 drafts a chain; leave it out for the measured default) "
+            raise UserError(f"tree must be >= 0 (0 drafts a chain; leave it out for the measured default) "
                              f"and branch >= 1 (got tree={self.tree}, branch={self.branch})")
 
     @classmethod
@@ -112,13 +113,13 @@ class NgramDraftConfig:
         except ValidationError as err:
             error = err.errors()[0]
             if error["type"] == "value_error":  # __post_init__'s own message
-                raise ValueError(str(error["ctx"]["error"])) from None
+                raise UserError(str(error["ctx"]["error"])) from None
             name = str(error["loc"][0]) if error["loc"] else ""
             kinds = {f.name: str(f.type) for f in fields(cls)}
             if name not in kinds:
-                raise ValueError(f"unknown n-gram drafter option {name!r}; known: {', '.join(kinds)}") from None
+                raise UserError(f"unknown n-gram drafter option {name!r}; known: {', '.join(kinds)}") from None
             kind = {"int": "an int", "float": "a float"}.get(kinds[name], f"a {kinds[name]}")
-            raise ValueError(f"n-gram drafter option {name}={options[name]!r} is not {kind}") from None
+            raise UserError(f"n-gram drafter option {name}={options[name]!r} is not {kind}") from None
 
 
 @lru_cache(maxsize=1)
@@ -551,12 +552,12 @@ def parse_spec(arg: str) -> tuple[str, dict[str, str]]:
     """``FILE[,option=value...]`` -> (FILE, options)."""
     path, *rest = arg.split(",")
     if not path:
-        raise ValueError("the ngram drafter needs a file: ngram:FILE[,option=value...]")
+        raise UserError("the ngram drafter needs a file: ngram:FILE[,option=value...]")
     options = {}
     for item in rest:
         name, eq, value = item.partition("=")
         if not eq:
-            raise ValueError(f"n-gram drafter option {item!r} must be written name=value")
+            raise UserError(f"n-gram drafter option {item!r} must be written name=value")
         options[name.strip()] = value.strip()
     return path, options
 
@@ -570,7 +571,7 @@ def ngram_drafter(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     if getattr(target, "tokenizer", None) is not None:
         model.check_tokenizer(tokenizer_fingerprint(target.tokenizer))
     if model.base and int(model.vocab_map[-1]) >= target.vocab_size:
-        raise ValueError(
+        raise UserError(
             f"{path}: token id {int(model.vocab_map[-1])} is outside the target's vocabulary of "
             f"{target.vocab_size}; the file was trained with another tokenizer"
         )

@@ -15,6 +15,7 @@ import torch
 
 from babelspec.drafters.base import Verdict
 from babelspec.drafters.model import ModelDrafter, _numpy_rng
+from babelspec.errors import UserError
 from babelspec.lm import CausalLM
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
@@ -25,7 +26,7 @@ def _layers_of(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module
     base = getattr(model, "model", None)
     layers = getattr(base, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError(
+        raise UserError(
             f"self-drafting needs a decoder with model.model.layers; {type(model).__name__} "
             "has none (use model:PATH with a separate small model instead)"
         )
@@ -58,7 +59,7 @@ def _check_has_attention(config: Any, k: int) -> None:
         return
     first = next((i + 1 for i, kind in enumerate(kinds) if "linear" not in kind), None)
     hint = f"use self:{first} or more" if first else "this model has no attention layer to draft with"
-    raise ValueError(
+    raise UserError(
         f"self:{k} would keep only linear-attention layers (the first attention layer is layer "
         f"{first}), and a cache without an attention layer has no length to continue from; {hint}"
     )
@@ -75,7 +76,7 @@ def truncated_model(model: torch.nn.Module, k: int) -> torch.nn.Module:
     base, layers = _layers_of(model)
     n = len(layers)
     if not 1 <= k <= n:
-        raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
+        raise UserError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
     _check_has_attention(model.config, k)
     cfg = truncated_config(model.config, k)
     with torch.device("meta"):
@@ -170,9 +171,9 @@ def parse_layers(text: str, target: Target) -> int:
     try:
         k = int(text)
     except ValueError:
-        raise ValueError(
+        raise UserError(
             f"self:K needs an integer layer count K in 1..{n} (e.g. self:6); got {text!r}"
         ) from None
     if not 1 <= k <= n:
-        raise ValueError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
+        raise UserError(f"self:K needs 1 <= K <= {n} (the target's layer count); got K = {k}")
     return k

@@ -29,8 +29,10 @@ import torch
 from torch import nn
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from babelspec.errors import UserError
 
-class StudentSpecError(ValueError):
+
+class StudentSpecError(UserError):
     """A student spec that cannot be parsed or built; the message lists the forms."""
 
 
@@ -247,6 +249,6 @@ def load_trained(state: dict[str, torch.Tensor], spec: StudentSpec, target_model
     student = build_student(spec, target_model, kept_ids=kept)
     missing = set(state) - set(student.model.state_dict())
     if missing:
-        raise ValueError(f"saved drafter has tensors the student lacks: {sorted(missing)[:5]}")
+        raise UserError(f"saved drafter has tensors the student lacks: {sorted(missing)[:5]}")
     student.model.load_state_dict(state, strict=False)
     return student

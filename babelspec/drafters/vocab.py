@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from babelspec.errors import UserError
 from babelspec.fileio import atomic_open
 from babelspec.models import cache_dir
 from babelspec.models.tokenizers import tokenizer_fingerprint
@@ -100,7 +101,7 @@ def vocabulary_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase,
     """Sorted ids a restricted head keeps for a language whose text is ``texts``: every token
     of them, the specials, and the ``source_tokens`` most frequent English source tokens."""
     if source_tokens < 0:
-        raise ValueError(f"source_tokens must be >= 0 (got {source_tokens})")
+        raise UserError(f"source_tokens must be >= 0 (got {source_tokens})")
     ids = corpus_token_ids(texts, tokenizer)
     if source_tokens:
         ids = np.union1d(ids, frequent_token_ids(english_source_texts(), tokenizer, source_tokens))
@@ -117,10 +118,10 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
 
     code = get_language(lang).code  # UnknownLanguageError (a ValueError) names the choices
     if source_tokens < 0:
-        raise ValueError(f"source_tokens must be >= 0 (got {source_tokens})")
+        raise UserError(f"source_tokens must be >= 0 (got {source_tokens})")
     texts = monolingual(code, "train")
     if not texts:
-        raise ValueError(
+        raise UserError(
             f"the bundled dataset has no {code} monolingual text to restrict a head to; give a vocabulary "
             f"file instead (int8:FILE.npy, head:FILE.npy; babelspec.drafters.vocab.save_vocabulary writes "
             f"one from the language's text)"
@@ -145,15 +146,15 @@ def load_vocabulary(path: str | Path, vocab_size: int) -> np.ndarray:
     """The token ids of a vocabulary file, checked against a vocabulary of ``vocab_size``."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"no vocabulary file {path} (a .npy of token ids, e.g. from babelspec.drafters.vocab.save_vocabulary)")
+        raise UserError(f"no vocabulary file {path} (a .npy of token ids, e.g. from babelspec.drafters.vocab.save_vocabulary)")
     try:
         ids = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
-        raise ValueError(f"{path} is not a .npy array of token ids: {exc}") from exc
+        raise UserError(f"{path} is not a .npy array of token ids: {exc}") from exc
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer) or len(ids) == 0:
-        raise ValueError(f"{path} must hold a non-empty 1-D array of integer token ids (got {ids.dtype} {ids.shape})")
+        raise UserError(f"{path} must hold a non-empty 1-D array of integer token ids (got {ids.dtype} {ids.shape})")
     if ids.min() < 0 or ids.max() >= vocab_size:
-        raise ValueError(f"{path} holds token ids outside [0, {vocab_size}): is it for another tokenizer?")
+        raise UserError(f"{path} holds token ids outside [0, {vocab_size}): is it for another tokenizer?")
     return np.unique(ids.astype(np.int64))
 
 

@@ -32,6 +32,7 @@ import torch
 
 from babelspec.drafters.base import Drafter, Verdict
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
+from babelspec.errors import UserError
 from babelspec.lm import CausalLM
 from babelspec.sampling import Probs, SamplingConfig, warp
 from babelspec.target import Target
@@ -56,12 +57,12 @@ class RestrictedHeadLM(torch.nn.Module):
         self.config = model.config
         head = model.get_output_embeddings()
         if head is None or getattr(head, "bias", None) is not None:
-            raise ValueError("a restricted head needs a bias-free linear output head")
+            raise UserError("a restricted head needs a bias-free linear output head")
         self.full_weight = head.weight  # shared; extra rows are gathered from it per generation
         self.vocab_size = int(head.weight.shape[0])
         ids = torch.unique(torch.as_tensor(token_ids, dtype=torch.long))
         if len(ids) == 0 or ids[0] < 0 or ids[-1] >= self.vocab_size:
-            raise ValueError(f"restricted head ids must be non-empty and in [0, {self.vocab_size})")
+            raise UserError(f"restricted head ids must be non-empty and in [0, {self.vocab_size})")
         self.base_ids = ids.to(head.weight.device)
         self.base_weight = head.weight.detach().index_select(0, self.base_ids).contiguous()
         self.base_product = self._product(self.base_weight)
@@ -171,14 +172,14 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     from babelspec.drafters.vocab import language_token_ids, load_vocabulary
 
     if not lang:
-        raise ValueError(
+        raise UserError(
             f"drafter {name!r} needs a language for its restricted head: write head:LANG or "
             "self:K@LANG (e.g. head:amh, self:6@npi), or pass lang=..."
         )
     if lang.endswith(".npy"):  # a vocabulary file (the runner's kind = "head" writes one)
         ids = torch.from_numpy(load_vocabulary(lang, target.vocab_size))
     elif target.tokenizer is None:
-        raise ValueError(f"drafter {name!r} needs a target with a tokenizer to build its vocabulary")
+        raise UserError(f"drafter {name!r} needs a target with a tokenizer to build its vocabulary")
     else:
         ids = torch.from_numpy(language_token_ids(lang, target.tokenizer))
     ids = ids[ids < target.vocab_size]

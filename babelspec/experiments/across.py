@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from babelspec.data.real import REAL_DATA
+from babelspec.errors import UserError
 
 # A run is "many languages" from this many on (the paper measured 11).
 MIN_LANGUAGES = 20
@@ -69,7 +70,7 @@ def read_moscar(path: str | Path) -> dict[str, float]:
         if m:
             out[m.group(1)] = float(m.group(2).replace(",", ""))
     if not out:
-        raise ValueError(f"{path}: no language table rows (| name | code | family | script | docs | images | tokens |)")
+        raise UserError(f"{path}: no language table rows (| name | code | family | script | docs | images | tokens |)")
     return out
 
 

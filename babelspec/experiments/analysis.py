@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from babelspec.errors import UserError
 from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
 from babelspec.experiments.across import MIN_LANGUAGES, across_languages, training_tokens
@@ -25,7 +26,7 @@ from babelspec.router import Route, Router
 def open_store(run_dir: str | Path) -> Store:
     path = Path(run_dir) / STORE_NAME
     if not path.is_file():
-        raise ValueError(
+        raise UserError(
             f"{str(path)!r} not found: {run_dir} is not a babelspec run directory; "
             f"create one with `babelspec run -o {run_dir}`"
         )

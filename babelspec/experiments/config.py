@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from babelspec.data.languages import PAPER_LANGUAGES
+from babelspec.errors import UserError
 from babelspec.router import RULES
 
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
@@ -28,7 +29,7 @@ KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
 PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled", "head")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A configuration file is malformed; the message names the key and the fix."""
 
 

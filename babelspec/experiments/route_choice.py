@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from babelspec.errors import UserError
 from babelspec.experiments.aggregate import CellKey, SettingStats, held_out_split, paired_ratios, setting_stats
 from babelspec.experiments.store import ExampleRecord
 from babelspec.router import ANY_TASK, BASELINE, RULES, Route, Router
@@ -155,7 +156,7 @@ def build_router(
     interval rule a cell with fewer than 2 choosing prompts has no interval, so plain decoding;
     under the pooled rule its prompt variance is the setting's pooled one."""
     if rule not in RULES:
-        raise ValueError(f"unknown router rule {rule!r}; choose one of: {', '.join(RULES)}")
+        raise UserError(f"unknown router rule {rule!r}; choose one of: {', '.join(RULES)}")
     choose, measure = held_out_split(records)
     fit = [s for s in setting_stats(choose) if s.drafter != BASELINE and (s.drafter, s.language) in specs]
     held = {(s.language, s.task, s.drafter, s.gamma): s for s in setting_stats(measure)}

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward.base import Forward
 from babelspec.forward.certified import CertifiedHead, HeadRequest
 from babelspec.forward.gemma3 import CACHE_ONLY, LeanGemma3
@@ -47,11 +48,11 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, options: Fo
     ``quantize="int8"``: the layers' products on weight-only int8 copies (``Int8Linear``), a
     drafter's forward (not the target's: it is another model)."""
     if quantize not in QUANTIZATIONS:
-        raise ValueError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
+        raise UserError(f"unknown quantization {quantize!r}; use one of {', '.join(map(str, QUANTIZATIONS))}")
     options = options if options is not None else ForwardOptions()
     forward = forward or "lean"
     if forward not in FORWARDS:
-        raise ValueError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
+        raise UserError(f"unknown forward {forward!r}; use one of {', '.join(FORWARDS)}")
     if forward == "hf":
         return None
     logits_of = getattr(model, "logits_of", None)  # a drafter's own output head over the body
@@ -68,7 +69,7 @@ def lean_forward(model: torch.nn.Module, forward: str | None = None, options: Fo
         certified = None
         if options.head == "certified":
             if softcap is not None:
-                raise ValueError("the certified head needs a head without final logit soft-capping; use head='full'")
+                raise UserError("the certified head needs a head without final logit soft-capping; use head='full'")
             certified = CertifiedHead(head.weight, linear, glue() if options.native else None)
         logits_of = OutputHead(linear, head.weight, softcap, certified)
     return LeanGemma3(body, logits_of, options, quantize)
@@ -83,6 +84,6 @@ def build_forward(model: torch.nn.Module, device: torch.device, forward: str | N
         return lean
     if quantize is not None:
         kind = getattr(model.config, "model_type", type(model).__name__)
-        raise ValueError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "
+        raise UserError(f"{quantize} weights need the lean forward (a Gemma-3 text model under eager "
                          f"attention, not forward='hf'); this {kind} model has none")
     return HFForward(model, device)

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from babelspec.errors import UserError
 from babelspec.forward.native import Glue
 from babelspec.forward.quantize import w8a8_activation_levels, w8a8_available
 
@@ -67,7 +68,7 @@ class HeadRequest:
 
     def __post_init__(self) -> None:
         if not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"a head request's k must be a positive whole number, not {self.k!r}")
+            raise UserError(f"a head request's k must be a positive whole number, not {self.k!r}")
 
 
 class HeadStats:
@@ -108,14 +109,14 @@ class CertifiedHead:
                  cap: int = CANDIDATE_CAP, terms: Sequence[str] = BOUND_TERMS, max_rows: int = MAX_ROWS,
                  limits: tuple[float, float] = BOUND_LIMITS) -> None:  # fmt: skip
         if unknown := set(terms) - set(BOUND_TERMS):
-            raise ValueError(f"unknown bound terms {sorted(unknown)}; use some of {', '.join(BOUND_TERMS)}")
+            raise UserError(f"unknown bound terms {sorted(unknown)}; use some of {', '.join(BOUND_TERMS)}")
         if not can_certify(weight):
-            raise ValueError("the certified head needs a bf16 head on a CPU with oneDNN's int8 product "
+            raise UserError("the certified head needs a bf16 head on a CPU with oneDNN's int8 product "
                              f"(this one: {weight.dtype} on {weight.device.type}, torch {torch.__version__}); load the "
                              "target with dtype='bfloat16' or use head='full'")  # fmt: skip
         self.weight, self.full, self.glue, self.cap = weight.detach(), full, glue, cap
         if not _gathered_rows_agree(self.weight, full):
-            raise ValueError("the certified head cannot reproduce the full head's rounding on this CPU (a product on "
+            raise UserError("the certified head cannot reproduce the full head's rounding on this CPU (a product on "
                              "gathered rows gave other bits than the full head); use head='full'")  # fmt: skip
         self.levels = w8a8_activation_levels()
         self.stats = HeadStats()
@@ -197,7 +198,7 @@ class CertifiedHead:
         exact = torch.tensor(sorted(set(request.exact)), dtype=torch.long)
         vocab = out.shape[0]
         if len(exact) and (int(exact[0]) < 0 or int(exact[-1]) >= vocab):
-            raise ValueError(f"a head request names token ids outside the vocabulary [0, {vocab})")
+            raise UserError(f"a head request names token ids outside the vocabulary [0, {vocab})")
         (a1, a2), per_row = approx
         candidates = None
         if request.k <= vocab - len(exact) and all(math.isfinite(v) for v in per_row):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward.gemma3 import LeanGemma3
 from babelspec.forward.kernels import OutputHead
 from babelspec.forward.qmm import KERNELS, QProduct, QuantError, QWeight, repack
@@ -119,14 +120,14 @@ def use_gguf(forward: LeanGemma3, path: Path, kernel: str = "auto") -> None:
     products and the output head on ``QProduct`` over the file's blocks. ``kernel``: one of
     ``qmm.KERNELS`` (``auto``: the best this CPU runs)."""
     if kernel not in KERNELS:
-        raise ValueError(f"unknown quantized kernel {kernel!r}; use one of {', '.join(KERNELS)}")
+        raise UserError(f"unknown quantized kernel {kernel!r}; use one of {', '.join(KERNELS)}")
     if not isinstance(forward.logits_of, OutputHead) or forward.quantize is not None:
-        raise ValueError("the gguf mode applies to a target's own forward (a drafter's head or int8 layers are not)")
+        raise UserError("the gguf mode applies to a target's own forward (a drafter's head or int8 layers are not)")
     if forward.dtype != torch.bfloat16 or not forward.exact:
-        raise ValueError(f"the gguf mode runs on the bf16 lean forward; this one is {forward.dtype} (load the model "
+        raise UserError(f"the gguf mode runs on the bf16 lean forward; this one is {forward.dtype} (load the model "
                          "with dtype='bfloat16')")  # fmt: skip
     if forward.logits_of.certified is not None:
-        raise ValueError("the certified head belongs to the bf16 target; use head='full' with the gguf mode")
+        raise UserError("the certified head belongs to the bf16 target; use head='full' with the gguf mode")
     weights = read_gguf(path, len(forward.layers))
     config = forward.body.config
     expect = {"qkv": (forward.heads + 2 * forward.kv_heads) * forward.head_dim, "o": config.hidden_size,

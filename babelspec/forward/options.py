@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from babelspec.errors import UserError
+
 HEADS = ("full", "certified")  # ``ForwardOptions.head``
 MERGE_MAX_TOKENS = 16  # the default merge limit (``ForwardOptions.merge_max_tokens``)
 
@@ -50,6 +52,6 @@ class ForwardOptions:
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
-            raise ValueError(f"unknown output head {self.head!r}; use one of {', '.join(HEADS)}")
+            raise UserError(f"unknown output head {self.head!r}; use one of {', '.join(HEADS)}")
         if not isinstance(self.merge_max_tokens, int) or self.merge_max_tokens < 1:
-            raise ValueError(f"merge_max_tokens must be a positive whole number of tokens, not {self.merge_max_tokens!r}")
+            raise UserError(f"merge_max_tokens must be a positive whole number of tokens, not {self.merge_max_tokens!r}")

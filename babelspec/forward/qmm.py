@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward import native
 
 SOURCE = Path(__file__).with_name("qmm.c")
@@ -36,7 +37,7 @@ PANEL = 16
 FORMATS = ("Q8_0", "Q5_0", "Q4_K", "Q6_K")
 
 
-class QuantError(ValueError):
+class QuantError(UserError):
     """A GGUF tensor this product cannot take (its type or shape), with what to do instead."""
 
 
@@ -245,7 +246,7 @@ class QProduct:
 
     def __init__(self, parts: list[QWeight], kernel: str = "auto", out_dtype: torch.dtype = torch.bfloat16) -> None:
         if kernel not in KERNELS:
-            raise ValueError(f"unknown quantized kernel {kernel!r}; use one of {', '.join(KERNELS)}")
+            raise UserError(f"unknown quantized kernel {kernel!r}; use one of {', '.join(KERNELS)}")
         if len({w.k for w in parts}) != 1 or not 1 <= len(parts) <= 4:
             raise ValueError("a stacked quantized product takes 1 to 4 weights of one input width")
         if out_dtype not in (torch.bfloat16, torch.float32):
@@ -256,7 +257,7 @@ class QProduct:
         self.lib = None if kernel == "torch" else library()
         if self.lib is not None:
             if kernel != "auto" and _ISA[kernel] > _ISA[self.lib.best]:
-                raise ValueError(f"the {kernel} kernel needs instructions this CPU lacks (it runs {self.lib.best})")
+                raise UserError(f"the {kernel} kernel needs instructions this CPU lacks (it runs {self.lib.best})")
             self._isa = _ISA[kernel]
             longs = lambda values: _array(ctypes.c_long, values)  # noqa: E731
             pointers = lambda ts: _array(ctypes.c_void_p, [0 if t is None else t.data_ptr() for t in ts])  # noqa: E731

@@ -8,6 +8,8 @@ import functools
 
 import torch
 
+from babelspec.errors import UserError
+
 QUANTIZATIONS = (None, "int8")
 
 
@@ -57,7 +59,7 @@ class Int8Linear(_StackedProduct):
 
     def __init__(self, weights: list[torch.Tensor]) -> None:
         if not hasattr(torch.ops.aten, "_weight_int8pack_mm"):
-            raise ValueError(f"int8 drafting needs torch's _weight_int8pack_mm (torch {torch.__version__} has none)")
+            raise UserError(f"int8 drafting needs torch's _weight_int8pack_mm (torch {torch.__version__} has none)")
         super().__init__(weights)
         self.rows, self.scales = quantize_int8(self._stack(weights))
 
@@ -101,7 +103,7 @@ class W8A8Linear(_StackedProduct):
 
     def __init__(self, weights: list[torch.Tensor], amax: torch.Tensor, alpha: float) -> None:
         if not w8a8_available():
-            raise ValueError(f"W8A8 needs oneDNN's qlinear_pointwise, which torch {torch.__version__} here lacks")
+            raise UserError(f"W8A8 needs oneDNN's qlinear_pointwise, which torch {torch.__version__} here lacks")
         super().__init__(weights)
         stacked = self._stack(weights)
         s = amax.float().clamp(min=1e-5) ** alpha / stacked.abs().amax(0).float().clamp(min=1e-5) ** (1 - alpha)

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from babelspec.errors import UserError
 from babelspec.forward.gemma3 import LeanGemma3, _qk_norm, _weights
 from babelspec.forward.kernels import OutputHead
 from babelspec.forward.quantize import W8A8Linear
@@ -62,11 +63,11 @@ def quantize_w8a8(forward: LeanGemma3, calibrate: Callable[[], None], alpha: flo
     in ``keep`` and the output head on ``W8A8Linear``, smoothed with input magnitudes recorded
     while ``calibrate()`` runs the bf16 forward over calibration text."""
     if unknown := set(keep) - set(PRODUCTS):
-        raise ValueError(f"cannot keep {sorted(unknown)} in bf16; products are {', '.join(PRODUCTS)}")
+        raise UserError(f"cannot keep {sorted(unknown)} in bf16; products are {', '.join(PRODUCTS)}")
     if not isinstance(forward.logits_of, OutputHead) or forward.quantize is not None:
-        raise ValueError("W8A8 applies to a target's own forward (a drafter's head or int8 layers are not)")
+        raise UserError("W8A8 applies to a target's own forward (a drafter's head or int8 layers are not)")
     if forward.dtype != torch.bfloat16:
-        raise ValueError(f"W8A8 quantizes a bfloat16 target; this one is {forward.dtype} (load it with "
+        raise UserError(f"W8A8 quantizes a bfloat16 target; this one is {forward.dtype} (load it with "
                          "dtype='bfloat16')")  # fmt: skip
     weights = [_weights(module) for module in forward.body.layers[: len(forward.layers)]]
     slots = [(layer, kind, weights[i][kind]) for i, layer in enumerate(forward.layers) for kind in PRODUCTS

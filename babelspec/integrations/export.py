@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from babelspec.errors import UserError
 from babelspec.ngram import NgramModel
 
 FORMATS = ("llama.cpp", "vllm", "transformers")
@@ -46,9 +47,9 @@ def canonical_tables(tables: dict[str, Path]) -> dict[str, Path]:
         try:
             code = get_language(lang).code
         except UnknownLanguageError as err:
-            raise ValueError(f"{path}: {err}; name the table's language as LANG=FILE") from None
+            raise UserError(f"{path}: {err}; name the table's language as LANG=FILE") from None
         if code in out and out[code] != path:
-            raise ValueError(f"two tables for {code}: {out[code]} and {path} (as {lang!r})")
+            raise UserError(f"two tables for {code}: {out[code]} and {path} (as {lang!r})")
         out[code] = path
     return out
 
@@ -73,9 +74,9 @@ def export_tables(tables: dict[str, Path], fmt: str, out: str | os.PathLike) -> 
     from babelspec.ngram.llamacpp import export_llamacpp
 
     if fmt not in FORMATS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise UserError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if not tables:
-        raise ValueError("nothing to export: name n-gram files (LANG=FILE) or a router whose routes draft with them")
+        raise UserError("nothing to export: name n-gram files (LANG=FILE) or a router whose routes draft with them")
     out = Path(out)
     tables = canonical_tables(tables)
     models = {lang: NgramModel.load(path) for lang, path in tables.items()}

@@ -29,6 +29,7 @@ from babelspec.drafters import Drafter, make_drafter
 from babelspec.drafters.base import resolve_gamma
 from babelspec.engine import GenerationResult
 from babelspec.engine import generate as speculative_generate
+from babelspec.errors import UserError
 from babelspec.sampling import SamplingConfig
 from babelspec.target import Target
 
@@ -40,7 +41,7 @@ def _prompt(input_ids: Any) -> list[int]:
     if ids.dim() == 2 and ids.shape[0] == 1:
         ids = ids[0]
     if ids.dim() != 1 or ids.numel() == 0 or ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input_ids must be one non-empty sequence of token ids ([1, n] or [n] integers), "
+        raise UserError(f"input_ids must be one non-empty sequence of token ids ([1, n] or [n] integers), "
                          f"got shape {tuple(torch.as_tensor(input_ids).shape)}; generate one prompt per call")  # fmt: skip
     return ids.tolist()
 

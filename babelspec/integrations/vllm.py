@@ -40,6 +40,7 @@ import torch
 
 from babelspec.data.langid import OutputChecker, detect_language
 from babelspec.drafters.ngram_drafter import NgramDraftConfig, NgramDrafter
+from babelspec.errors import UserError
 from babelspec.fileio import write_text_atomic
 from babelspec.ngram import NgramModel
 from babelspec.sampling import SamplingConfig
@@ -82,7 +83,7 @@ def read_tables(folder: str | os.PathLike) -> dict[str, NgramModel]:
                                 "`babelspec ngram export --format vllm TABLE... -o FOLDER`")  # fmt: skip
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a babelspec vLLM tables manifest (format {manifest.get('format')!r})")
+        raise UserError(f"{path} is not a babelspec vLLM tables manifest (format {manifest.get('format')!r})")
     from babelspec.data.languages import get_language
 
     # keyed by canonical codes whatever a manifest says (``amh_Ethi`` is amh, as the detector names it)
@@ -100,11 +101,11 @@ class NgramProposer:
 
         options = dict((getattr(vllm_config, "additional_config", None) or {}).get("babelspec") or {})
         if "tables" not in options:
-            raise ValueError('babelspec\'s vLLM proposer needs its tables: additional_config={"babelspec": '
+            raise UserError('babelspec\'s vLLM proposer needs its tables: additional_config={"babelspec": '
                              '{"tables": FOLDER}} (written by `babelspec ngram export --format vllm`)')  # fmt: skip
         unknown = set(options) - {"tables", "lang", *DRAFT_OPTIONS}
         if unknown:
-            raise ValueError(f"unknown babelspec proposer options {sorted(unknown)}; known: tables, lang, "
+            raise UserError(f"unknown babelspec proposer options {sorted(unknown)}; known: tables, lang, "
                              + ", ".join(DRAFT_OPTIONS))  # fmt: skip
         self.k = int(vllm_config.speculative_config.num_speculative_tokens)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
@@ -120,7 +121,7 @@ class NgramProposer:
             self.drafters[lang] = NgramDrafter(table, config, vocab_size=vocab)
         self.lang = get_language(options["lang"]).code if options.get("lang") else None
         if self.lang is not None and self.lang not in self.drafters:
-            raise ValueError(f"lang {self.lang!r} has no table in {options['tables']}; it has {sorted(self.drafters)}")
+            raise UserError(f"lang {self.lang!r} has no table in {options['tables']}; it has {sorted(self.drafters)}")
         self.detector = None if self.lang else OutputChecker.from_corpora(list(self.drafters), use_langid=False).classifier
         self._detect = lru_cache(maxsize=DETECT_CACHE)(self._detect_head)  # keyed by the head's bytes
         self._sampling = SamplingConfig(greedy=True)

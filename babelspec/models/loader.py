@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from babelspec.errors import UserError
 from babelspec.fileio import sha256_file
 from babelspec.machine import cpu_flags, dtype_name
 from babelspec.models.presets import DEFAULT_TARGET, GGUF_LOCATORS, PRESETS, Preset, PresetError
@@ -78,7 +79,7 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device | None =
     if name == "auto":
         return default_dtype(device if device is not None else default_device(), cpuinfo)
     if name not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+        raise UserError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     return getattr(torch, name)
 
 

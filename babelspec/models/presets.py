@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from babelspec.errors import UserError
 
-class PresetError(ValueError):
+
+class PresetError(UserError):
     """A model or tokenizer spec that names nothing loadable here; the message says what to do."""
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from babelspec.errors import UserError
 from babelspec.ngram.model import NgramModel, NgramTable
 
 
@@ -23,11 +24,11 @@ class CountConfig:
 
     def __post_init__(self) -> None:
         if self.order < 1:
-            raise ValueError(f"order must be >= 1 (got {self.order}); 2 is the paper's bigram")
+            raise UserError(f"order must be >= 1 (got {self.order}); 2 is the paper's bigram")
         if self.min_count < 1:
-            raise ValueError(f"min_count must be >= 1 (got {self.min_count})")
+            raise UserError(f"min_count must be >= 1 (got {self.min_count})")
         if self.max_continuations < 0:
-            raise ValueError(f"max_continuations must be >= 0 (got {self.max_continuations}); 0 keeps all")
+            raise UserError(f"max_continuations must be >= 0 (got {self.max_continuations}); 0 keeps all")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +131,7 @@ def count_ngrams(
     base = int(vocab_map.size)
     bits = max(1, (base - 1).bit_length())
     if bits * config.order >= 64:  # the all-ones code stays free as the boundary sentinel
-        raise ValueError(
+        raise UserError(
             f"order {config.order} is too high for a corpus with {base} distinct tokens "
             f"(n-gram codes of {bits} bits per token must fit in 64 bits); use order <= {63 // bits}"
         )
@@ -223,7 +224,7 @@ def count_weighted(
     base = int(vocab_map.size)
     bits = max(1, (base - 1).bit_length())
     if bits * config.order >= 64:
-        raise ValueError(f"order {config.order} is too high for {base} distinct tokens; use order <= {63 // bits}")
+        raise UserError(f"order {config.order} is too high for {base} distinct tokens; use order <= {63 // bits}")
     dense_next = np.searchsorted(vocab_map, next_tokens).astype(np.uint64)
     dense_ctx = np.where(contexts >= 0, np.searchsorted(vocab_map, contexts), -1)
     tables: list[NgramTable] = []

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from babelspec.errors import UserError
 from babelspec.fileio import write_bytes_atomic
 from babelspec.ngram.model import NgramModel
 
@@ -25,7 +26,7 @@ STATIC_CONTEXT = 2  # llama.cpp's LLAMA_NGRAM_STATIC: the static cache's context
 def export_llamacpp(model: NgramModel, path: str | os.PathLike) -> dict[str, int]:
     """Write ``model``'s 2-token contexts as a llama.cpp static lookup cache; its sizes."""
     if model.order <= STATIC_CONTEXT:
-        raise ValueError(f"llama.cpp's static lookup cache is keyed by {STATIC_CONTEXT}-token contexts and this "
+        raise UserError(f"llama.cpp's static lookup cache is keyed by {STATIC_CONTEXT}-token contexts and this "
                          f"is an order-{model.order} model; train one of order {STATIC_CONTEXT + 1} or more "
                          f"(babelspec ngram train --order {STATIC_CONTEXT + 1})")  # fmt: skip
     table = model.tables[STATIC_CONTEXT]
@@ -37,7 +38,7 @@ def export_llamacpp(model: NgramModel, path: str | os.PathLike) -> dict[str, int
     n = np.diff(table.offsets.astype(np.int64))
     counts = table.counts.astype(np.int64)
     if counts.size and (counts.min() < 1 or counts.max() >= 2**31):
-        raise ValueError("llama.cpp stores counts as positive int32; this model's counts do not fit")
+        raise UserError("llama.cpp stores counts as positive int32; this model's counts do not fit")
     # One int32 array: per context, NGRAM_MAX key slots and n, then n (token, count) pairs.
     sizes = NGRAM_MAX + 1 + 2 * n
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -61,12 +62,12 @@ def read_llamacpp(path: str | os.PathLike) -> dict[tuple[int, ...], dict[int, in
     i = 0
     while i < data.size:
         if i + NGRAM_MAX + 1 > data.size:
-            raise ValueError(f"{path}: truncated record at int32 {i}")
+            raise UserError(f"{path}: truncated record at int32 {i}")
         key = tuple(int(t) for t in data[i : i + NGRAM_MAX] if t != -1)
         n = int(data[i + NGRAM_MAX])
         pairs = data[i + NGRAM_MAX + 1 : i + NGRAM_MAX + 1 + 2 * n]
         if n < 1 or pairs.size != 2 * n:
-            raise ValueError(f"{path}: bad record at int32 {i} (n = {n})")
+            raise UserError(f"{path}: bad record at int32 {i} (n = {n})")
         out[key] = dict(zip(pairs[0::2].tolist(), pairs[1::2].tolist()))
         i += NGRAM_MAX + 1 + 2 * n
     return out

@@ -35,17 +35,19 @@ from typing import Any
 
 import numpy as np
 
+from babelspec.errors import UserError
+
 MAGIC = b"BSNGRAM\x00"
 FORMAT_VERSION = 1
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sII")
 
 
-class NgramFileError(ValueError):
+class NgramFileError(UserError):
     """An n-gram file that cannot be read: not one of ours, truncated, corrupted or too new."""
 
 
-class TokenizerMismatchError(ValueError):
+class TokenizerMismatchError(UserError):
     """An n-gram model used with a tokenizer other than the one it was trained with."""
 
 

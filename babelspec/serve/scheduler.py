@@ -30,6 +30,7 @@ from typing import Any
 
 from babelspec.data.langid import detect_language
 from babelspec.drafters.base import resolve_gamma
+from babelspec.errors import UserError
 from babelspec.router import Router, default_router_path
 from babelspec.serve.metrics import Metrics
 from babelspec.serve.protocol import APIError, GenerationRequest, ModelInfo, bad
@@ -54,9 +55,9 @@ def parse_offers(entries: str | list[str] | dict[str, str]) -> dict[str, str]:
             name, eq, spec = entry.partition("=")
             name, spec = (name.strip(), spec.strip()) if eq else (entry.strip(), entry.strip())
             if not name or not spec:
-                raise ValueError(f"--drafter {entry!r}: write SPEC or NAME=SPEC (e.g. bigram=ngram:amh.ngram)")
+                raise UserError(f"--drafter {entry!r}: write SPEC or NAME=SPEC (e.g. bigram=ngram:amh.ngram)")
             if name in offers:
-                raise ValueError(f"--drafter: the name {name!r} is given twice")
+                raise UserError(f"--drafter: the name {name!r} is given twice")
             offers[name] = spec
     if not offers:
         offers = {"none": "none"}
@@ -124,7 +125,7 @@ class Scheduler:
         self.default_offer = next(iter(self.offers))
         autos = [spec for spec in self.offers.values() if is_auto(spec)]
         if len(set(autos)) > 1:
-            raise ValueError(f"--drafter: one router per server (got {', '.join(autos)}); name it with --router")
+            raise UserError(f"--drafter: one router per server (got {', '.join(autos)}); name it with --router")
         if router is None and autos:
             router = autos[0].partition(":")[2] or str(default_router_path())
         self.router_path = router
@@ -138,7 +139,7 @@ class Scheduler:
         self.metrics = metrics or Metrics()
         self.model = ModelInfo(model_id, target.tokenizer, getattr(target, "max_context", None))
         if batch < 1:
-            raise ValueError(f"batch must be at least 1, got {batch}")
+            raise UserError(f"batch must be at least 1, got {batch}")
         from babelspec.batching import EngineLoop
 
         try:
@@ -160,7 +161,7 @@ class Scheduler:
             try:
                 self._router = Router.load(router)
             except ValueError as err:
-                raise ValueError(f"{err}. Give the server --router runs/NAME/router.json (every `babelspec run` "
+                raise UserError(f"{err}. Give the server --router runs/NAME/router.json (every `babelspec run` "
                                  "writes one)") from None  # fmt: skip
         if detector is None and detect:
             from babelspec.data.langid import OutputChecker
@@ -224,7 +225,7 @@ class Scheduler:
         router = self._router
         try:
             if lang is None:
-                raise ValueError("no language given or detected")
+                raise UserError("no language given or detected")
             route = router.route(lang, req.task)
         except ValueError as err:
             if req.lang:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from babelspec.errors import UserError
 from babelspec.sampling import MIN_TEMPERATURE, PENALTY_RANGE
 
 MAX_GAMMA = 64
@@ -157,7 +158,7 @@ def _types(annotation: Any) -> tuple[type, ...]:
     return tuple(a for a in args if isinstance(a, type)) if args else ((annotation,) if isinstance(annotation, type) else ())
 
 
-class RequestFieldError(ValueError):
+class RequestFieldError(UserError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field, self.message = field, message
