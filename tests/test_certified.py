@@ -176,3 +176,24 @@ def test_rows_asking_for_more_candidates_than_the_head_certifies_count_as_full(d
     stats = head.certified.stats.summary()
     assert stats["rows_full"] == 2 and stats["rows_certified"] + stats["rows_fallback"] + stats["rows_skipped"] == 1
     assert torch.isfinite(logits[0, 0]).all() and torch.isfinite(logits[0, 1]).all()  # full rows: every logit
+
+
+def test_a_long_block_under_the_certified_head_gives_each_row_the_bits_of_the_row_alone(default_model):
+    """A block longer than the exact path's small blocks (16 rows: a long tree, a batch) takes the
+    certified head's fallback, the full head: it goes in the same row-invariant pieces as without
+    requests, so each row's logits are the full head's row alone after the same cache."""
+    model, tokenizer = default_model
+    target = Target(model, tokenizer, options=replace(OPTIONS, head="certified"))
+    lean = target.impl
+    ids = _texts(tokenizer, 60)["amh"]
+    prompt, block = torch.tensor([ids[:20]]), torch.tensor([ids[20:60]])  # 40 rows
+    small = lean.exact_rows()[0]
+    assert block.shape[1] > small
+    request = HeadRequest(1)
+    cache = lean.new_cache()
+    lean.forward(prompt, cache, logits_to_keep=-1)
+    whole = lean.forward(block, cache, head=request)
+    for i in range(block.shape[1]):
+        cache.crop(-(cache.get_seq_length() - 20 - i))
+        alone = lean.forward(block[:, i : i + 1], cache)[0]  # the full head's row, as the fallback's
+        assert torch.equal(whole[i], alone), i

@@ -254,9 +254,7 @@ class LeanGemma3(Forward):
                 return [x.new_empty(0, 0)]
             rows = x[:, -keep:] if keep else x
             head = blocks[0].head
-            if head is not None:
-                return [self.logits_of(rows, [head] * rows.shape[1])[0]]
-            return [self._head_rows(rows)[0]]
+            return [self._head_rows(rows, None if head is None else [head] * rows.shape[1])[0]]
         rows, start = [], 0
         for b in blocks:
             n = b.ids.shape[1]
@@ -267,7 +265,7 @@ class LeanGemma3(Forward):
             return [x.new_empty(0, 0) for _ in blocks]
         requests = [b.head for b, r in zip(blocks, rows) for _ in range(r.shape[1])]
         hidden = torch.cat(rows, 1)
-        logits = (self.logits_of(hidden, requests) if any(r is not None for r in requests) else self._head_rows(hidden))[0]
+        logits = self._head_rows(hidden, requests if any(r is not None for r in requests) else None)[0]
         return list(logits.split([r.shape[1] for r in rows]))
 
     def batch_rows(self, limit: int) -> int:
@@ -345,16 +343,22 @@ class LeanGemma3(Forward):
             start += size
         return torch.cat(outs, 1)
 
-    def _head_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        """The output head's logits of ``rows``; on the exact path more rows than ``exact_rows``'
-        small blocks go in pieces of that many."""
+    def _head_rows(self, rows: torch.Tensor, requests: list[HeadRequest | None] | None = None) -> torch.Tensor:
+        """The output head's logits of ``rows`` (with each row's ``requests`` for the certified
+        head, whose fallback rows take the full head); on the exact path more rows than
+        ``exact_rows``' small blocks go in pieces of that many, with or without requests."""
+
+        def head(start: int, stop: int) -> torch.Tensor:
+            piece = rows[:, start:stop]
+            return self.logits_of(piece) if requests is None else self.logits_of(piece, requests[start:stop])
+
         n = rows.shape[1]
         if not self.exact or n <= 1:
-            return self.logits_of(rows)
+            return head(0, n)
         small = self.exact_rows()[0]
         if n <= small:
-            return self.logits_of(rows)
-        return torch.cat([self.logits_of(rows[:, i : i + small]) for i in range(0, n, small)], 1)
+            return head(0, n)
+        return torch.cat([head(i, min(i + small, n)) for i in range(0, n, small)], 1)
 
     def exact_rows(self) -> tuple[int, tuple[int, ...]]:
         """(small, chunks): every product of the model gives each row of a block of 2..``small``
