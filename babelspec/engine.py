@@ -360,22 +360,22 @@ def _check_request(target: Target, drafter: Drafter, prompt_ids: list[int], gamm
     return set(eos_token_ids)
 
 
-_WARNED_NOT_EXACT: set[str] = set()
+_WARNED_NOT_EXACT: set[tuple[str, str]] = set()
 
 
 def _warn_if_not_exact(target: Target) -> None:
-    """Once per target kind: a bf16 (or float16) target whose forward is not row-invariant (Hugging
-    Face's, for families without the lean forward) may round a verification row otherwise than
-    the decode step, so greedy output can part from plain decoding's at a near-tie."""
+    """Once per kind of target (forward and weights): a target whose forward is not row-invariant
+    (``exact: no`` in its plan) may round a verification row otherwise than the decode step, so
+    greedy output can part from plain decoding's at a near-tie; the warning says why and the fix."""
     plan = execution_plan(target)
-    if plan.get("exact") != "no" or plan.get("forward") in _WARNED_NOT_EXACT:
+    kind = (plan.get("forward", ""), plan.get("weights", ""))
+    if plan.get("exact") != "no" or kind in _WARNED_NOT_EXACT:
         return
-    _WARNED_NOT_EXACT.add(plan.get("forward", ""))
+    _WARNED_NOT_EXACT.add(kind)
+    why = plan.get("exact_why") or "its rows are not bit-invariant"
     warnings.warn(f"speculating on a {plan.get('weights')} target through the {plan.get('forward')} forward, whose "
                   "rows are not bit-invariant: a verification row may round otherwise than plain decoding's step, "
-                  "so outputs can differ at near-ties; load it in float32 (the exact mode of that forward) for "
-                  "bit-exact speculation, or use a Gemma-3 model, whose lean bf16 forward is exact",
-                  stacklevel=4)  # fmt: skip
+                  f"so outputs can differ at near-ties. Why: {why}", stacklevel=4)  # fmt: skip
 
 
 def _record_step(result: GenerationResult, draft: Draft, depth: int, v: Verification) -> None:

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-# float32 is exact on every forward: greedy speculative output equals greedy plain (and HF)
-# output. bf16 is exact on the lean forward (``ForwardOptions.exact``: every row of a block gets
-# the bits of the row alone, so the plan records ``exact: bf16 rows invariant``); on Hugging Face's
-# forward it is the fast mode, where a verification of k tokens and k one-token forwards may round
-# differently and near-ties can flip.
+# bf16 is exact on the lean forward's exact path (``LeanGemma3.exact``: every row of a block gets
+# the bits of the row alone, so the plan records ``exact: bf16 rows invariant``), and so is the
+# gguf mode on it. Elsewhere the plan records ``exact: no`` and why (``not_exact_reason``): on
+# Hugging Face's forward, and in float32, whose MKL products round a row by its block's size, a
+# verification of k tokens and k one-token forwards may round differently and near-ties can flip
+# (far more rarely in float32: the "exact mode" of the dtype choice, as near float64 as it gets).
 EXACT_DTYPES = ("float32", "float64")
 EXACT_BF16 = "bf16 rows invariant"  # the plan's ``exact`` for the lean forward's exact path
 
@@ -70,7 +71,8 @@ def model_dtype(model: torch.nn.Module) -> torch.dtype:
 def execution_plan(target: Any) -> dict[str, Any]:
     """What runs a target's forward, decided when it was built: ``forward`` (``lean``, babelspec's
     own, or ``hf``), ``glue`` (the lean forward's C glue built and on), the ``weights`` and KV
-    ``cache`` dtypes, and the target mode (``precision``, e.g. w8a8) where one is set."""
+    ``cache`` dtypes, the target mode (``precision``, e.g. w8a8) where one is set, and ``exact``:
+    whether every row of a block gets the row alone's bits, with ``exact_why`` where it is no."""
     impl = getattr(target, "impl", None)
     model = getattr(target, "model", None)
     weights = ""
@@ -90,7 +92,9 @@ def execution_plan(target: Any) -> dict[str, Any]:
     if getattr(impl, "exact", False):
         plan["exact"] = EXACT_BF16
     else:
-        plan["exact"] = "float32" if weights in EXACT_DTYPES else "no"
+        plan["exact"] = "no"
+        if getattr(impl, "not_exact_reason", ""):
+            plan["exact_why"] = impl.not_exact_reason
     if getattr(impl, "certifies_head", False):
         plan["head"] = "certified"  # greedy and top-k rows from the certified head (``forward.certified``)
     return plan

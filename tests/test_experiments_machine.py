@@ -82,6 +82,7 @@ def test_every_result_records_its_execution_plan():
     from tiny import tiny_qwen3
 
     from babelspec.forward import ForwardOptions
+    from babelspec.forward.kernels import onednn_packs_bf16
     from babelspec.forward.native import glue
     from babelspec.machine import describe, describe_machines, execution_info, machines_summary
     from babelspec.target import Target
@@ -99,6 +100,20 @@ def test_every_result_records_its_execution_plan():
     assert execution_info(Target(tiny_qwen3()))["plan"]["forward"] == "hf"  # a family without the lean forward
     line = describe_machines(machines_summary([machine_fingerprint(target)]))
     assert "lean forward" in line and f"{plan['cache']} KV cache" in line
-    assert plan["exact"] == "bf16 rows invariant" and "bfloat16 (exact mode)" in line and "exact: bf16 rows invariant" in line
-    assert off["exact"] == "bf16 rows invariant"  # the torch operations keep the property
-    assert execution_info(Target(tiny_gemma3()))["plan"]["exact"] == "float32"
+    if onednn_packs_bf16():
+        assert plan["exact"] == "bf16 rows invariant" and "bfloat16 (exact mode)" in line
+        assert "exact: bf16 rows invariant" in line
+        assert off["exact"] == "bf16 rows invariant"  # the torch operations keep the property
+    else:  # an AVX2-only CPU: said so, with the gguf mode as the way out
+        assert plan["exact"] == "no" and "does not pack bf16" in plan["exact_why"]
+    # where the exact path is off, the plan says no and why, naming the fix
+    f32_model = tiny_gemma3()
+    f32_model.set_attn_implementation("eager")
+    f32 = execution_info(Target(f32_model))["plan"]
+    assert f32["forward"] == "lean"
+    assert f32["exact"] == "no" and "MKL" in f32["exact_why"] and "bfloat16" in f32["exact_why"]
+    unfused = execution_info(Target(bf16, options=ForwardOptions(fuse=False)))["plan"]
+    assert unfused["exact"] == "no" and "fuse=False" in unfused["exact_why"]
+    hf = execution_info(Target(tiny_qwen3()))["plan"]
+    assert hf["exact"] == "no" and "Hugging Face's forward" in hf["exact_why"]
+

@@ -291,7 +291,7 @@ def bench_equivalence(
     drafters: str = typer.Option("none,self:6,self:12,head,self:12@", help="Comma-separated drafter specs."),
     task: str = typer.Option("prefix", help="Prompts: prefix (short in-language text), translation or story."),
     costs: bool = typer.Option(True, help="Also measure c (draft / target forward) per drafter."),
-    dtype: str = typer.Option("float32", help="float32 (the exact mode: any mismatch fails, exit 1), bfloat16 "
+    dtype: str = typer.Option("float32", help="float32 (near-ties rare: any mismatch fails, exit 1), bfloat16 "
                               "(the fast mode: agreement rates measured and printed) or auto."),
     attention: str = typer.Option("eager", help="Attention implementation (eager, the loader's default; sdpa, "
                                   "whose rounding depends on the block size, to compare)."),

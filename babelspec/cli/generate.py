@@ -8,7 +8,8 @@ from babelspec.bench.cli import forward_choice
 from babelspec.sampling import PAPER_REPETITION_PENALTY, PAPER_REPETITION_WINDOW, PAPER_TOP_K, PAPER_TOP_P
 
 DTYPE_HELP = ("auto (bf16 where the hardware computes in it natively: CUDA, AVX-512 BF16/AMX CPUs; "
-              "else float32), bfloat16 (fast mode) or float32 (exact mode: greedy speculative == plain).")
+              "else float32), bfloat16 (bit-exact on the lean forward where oneDNN packs bf16) or float32 (as near "
+              "exact as the dtype gets, not bit-invariant: docs/statistics.md).")
 PRECISION_HELP = ("Target mode: gguf (every product on the GGUF file's own quantized blocks: the file's model, "
                   "the default for GGUF models under --dtype auto on a CPU), w8a8 (int8 weights and activations, "
                   "MLP down-projections bf16; another model than the bf16 one), none (the dtype's own weights, "

@@ -7,12 +7,13 @@ import sys
 import typer
 
 from babelspec.bench.cli import forward_choice
-from babelspec.cli.generate import PRECISION_HELP
+from babelspec.cli.generate import DTYPE_HELP, PRECISION_HELP
 from babelspec.errors import UserError
 
 
 def serve_command(
     target: str = typer.Option("gemma-3-270m", help="Target model: preset, local path or hub name."),
+    dtype: str = typer.Option("auto", help=DTYPE_HELP),
     precision: str = typer.Option("", help=PRECISION_HELP),
     drafter: list[str] = typer.Option(
         ["none"], help="A drafter requests may choose, SPEC or NAME=SPEC (repeatable; the first is the default; "
@@ -56,7 +57,7 @@ def serve_command(
 
             torch.set_num_threads(threads)
         offers = parse_offers(drafter)
-        tgt = load_target(target, precision=precision or None, **forward_choice())
+        tgt = load_target(target, dtype=dtype, precision=precision or None, **forward_choice())
         for spec in offers.values():
             if not is_auto(spec):
                 make_drafter(spec, tgt)  # a bad spec (or file) fails now, not on a request

@@ -19,6 +19,16 @@ class Forward(ABC):
     takes_target_rows: bool = False  # a drafter on it can take its target's cached rows (``cache_like``)
     prefills_without_logits: bool = False  # ``logits_to_keep=CACHE_ONLY`` caches a block and returns nothing
     certifies_head: bool = False  # ``head`` requests may leave logits a caller does not need at -inf
+    exact: bool = False  # every row of a block gets the bits of the row alone (``not_exact_reason`` if not)
+
+    @property
+    def not_exact_reason(self) -> str:
+        """Why this forward's rows are not bit-invariant, and what would make them so ("" where
+        ``exact``): what a plan records and the engine's warning says."""
+        return "" if self.exact else (
+            "Hugging Face's forward computes a block's rows with the kernels its size picks, so a verification row "
+            "can round otherwise than the decode step; the bit-exact path is the lean forward of a Gemma-3 model "
+            "in bfloat16 (or its GGUF's products) on a CPU whose oneDNN packs bf16")  # fmt: skip
 
     @abstractmethod
     def new_cache(self) -> Any: ...

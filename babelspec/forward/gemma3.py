@@ -189,6 +189,31 @@ class LeanGemma3(Forward):
         return getattr(getattr(self.logits_of, "project", None), "kernel_used", None)
 
     @property
+    def not_exact_reason(self) -> str:
+        """Why this forward is not on the exact path ("" where it is), naming the cause and the fix."""
+        if self.exact:
+            return ""
+        if self.quantize is not None:
+            return f"a drafter's {self.quantize} layers (a drafter's own model: no bits to match)"
+        if self.device.type != "cpu":
+            return f"the exact path is the CPU's; on {self.device.type} a block's rows round by its kernels"
+        if self.dtype == torch.float32:
+            return ("float32 products are MKL's, whose kernels are picked by a block's rows, so a row rounds by its "
+                    "block (a lone row and the rows past a 4-row tile differ on x86); load the model in bfloat16 "
+                    "for the bit-exact path")  # fmt: skip
+        if self.dtype != torch.bfloat16:
+            return f"{self.dtype} has no row-invariant products here; load the model in bfloat16"
+        if not self.options.fuse:
+            return "ForwardOptions(fuse=False) turns off the stacked products the exact path runs"
+        from babelspec.forward.kernels import onednn_packs_bf16
+
+        if not onednn_packs_bf16():
+            return ("oneDNN does not pack bf16 weights on this CPU (it needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT: an "
+                    "AVX2-only CPU), so bf16 products take F.linear, whose rows round by the block; the gguf mode "
+                    "(a GGUF model) is exact on AVX2")  # fmt: skip
+        return "this model's layers lack the stacked projections or the q/k norms the exact path needs"
+
+    @property
     def certifies_head(self) -> bool:
         return getattr(self.logits_of, "certified", None) is not None
 
