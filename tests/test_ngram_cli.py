@@ -10,6 +10,7 @@ from ngram_tiny import CORPUS, WORDS, ids, word_tokenizer
 from typer.testing import CliRunner
 
 from babelspec.cli import app
+from babelspec.errors import UserError
 from babelspec.ngram import NgramModel
 
 runner = CliRunner()
@@ -183,3 +184,11 @@ def test_vllm_tables_exported_under_any_code_of_a_language_draft_under_the_canon
         assert drafted and drafted[0] == ids("c")[0]  # "a b" is followed by "c" twice, by "d" once
     res = runner.invoke(app, ["ngram", "export", f"xx_Zzzz={table}", "--format", "vllm", "-o", str(tmp_path / "v2")])
     assert res.exit_code == 2 and "name the table's language as LANG=FILE" in " ".join(res.output.replace("│", " ").split())
+    # a manifest edited by hand to give one language two tables is refused as the export refuses it
+    manifest = tmp_path / "vllm" / "manifest.json"
+    data = json.loads(manifest.read_text())
+    (tmp_path / "vllm" / "other.ngram").write_bytes(table.read_bytes())
+    data["languages"]["am"] = "other.ngram"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(UserError, match="two tables for amh"):
+        read_tables(tmp_path / "vllm")

@@ -86,3 +86,21 @@ def test_the_paper_figure_draws_no_text_over_other_text():
     ax.text(0.5, 0.5, "overlapping", transform=ax.transAxes)
     ax.text(0.5, 0.5, "overlapping too", transform=ax.transAxes)
     assert ("overlapping", "overlapping too") in text_overlaps(fig)
+
+
+def test_no_figure_of_a_report_draws_text_over_text(run_dir, monkeypatch):
+    """Every figure a report draws (not Fig. 1 alone), checked as drawn: ``_png`` is where each
+    figure becomes the report's PNG, so the check sees them all at that point."""
+    from babelspec.report import figures
+
+    seen = []
+    to_png = figures._png
+
+    def checked(fig):
+        seen.append((fig.axes[0].get_title() if fig.axes else "", figures.text_overlaps(fig)))
+        return to_png(fig)
+
+    monkeypatch.setattr(figures, "_png", checked)
+    build_report(run_dir)
+    assert len(seen) >= 7, seen
+    assert [(title, overlaps) for title, overlaps in seen if overlaps] == []

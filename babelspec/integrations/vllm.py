@@ -84,10 +84,12 @@ def read_tables(folder: str | os.PathLike) -> dict[str, NgramModel]:
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT:
         raise UserError(f"{path} is not a babelspec vLLM tables manifest (format {manifest.get('format')!r})")
-    from babelspec.data.languages import get_language
+    from babelspec.integrations.export import canonical_tables
 
-    # keyed by canonical codes whatever a manifest says (``amh_Ethi`` is amh, as the detector names it)
-    return {get_language(lang).code: NgramModel.load(folder / name) for lang, name in manifest["languages"].items()}
+    # keyed by canonical codes whatever a manifest says (``amh_Ethi`` is amh, as the detector names
+    # it); two codes of one language are refused, as at export, never merged silently
+    tables = canonical_tables({lang: folder / name for lang, name in manifest["languages"].items()})
+    return {code: NgramModel.load(path) for code, path in tables.items()}
 
 
 class NgramProposer:

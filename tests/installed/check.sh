@@ -22,6 +22,11 @@ echo "== install it into a fresh environment, with the pinned torch"
     "${WHEEL}[serve]" openai
 B="$WORK/venv/bin/babelspec"
 mkdir "$WORK/user" && cd "$WORK/user"  # an empty folder, not the checkout
+# and a user's own home (after pip, which keeps this machine's settings): a corpora folder under
+# the real HOME's data dir (platformdirs.user_data_dir) would be found and used as if installed
+export HOME="$WORK/home" XDG_DATA_HOME="$WORK/home/.local/share" XDG_CACHE_HOME="$WORK/home/.cache" \
+    XDG_CONFIG_HOME="$WORK/home/.config"
+mkdir -p "$HOME"
 export BABELSPEC_CACHE="$WORK/cache"
 
 set -x
