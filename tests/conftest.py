@@ -1,6 +1,7 @@
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -23,3 +24,13 @@ FIRST = (
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(FIRST)))
+
+
+@pytest.fixture
+def threads(request):
+    """torch's thread count for one test, as ``@pytest.mark.parametrize("threads", [...],
+    indirect=True)`` gives it (the user's thread counts: the suite itself runs at 1), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)

@@ -7,7 +7,6 @@ greedy decoding's tokens. Long prompts come from the bundled corpora (no corpora
 from __future__ import annotations
 
 import pytest
-import torch
 from edge import OPTIONS
 from exact_real import NEW_TOKENS, plain
 from serve_helpers import Server, completions_at_once
@@ -40,14 +39,6 @@ def long_prompt(gguf):
     ids = gguf.tokenizer(text)["input_ids"][:600]
     assert len(ids) == 600
     return ids
-
-
-@pytest.fixture
-def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
 
 
 def test_the_plan_says_the_products_run_on_the_files_blocks(gguf):

@@ -1,6 +1,6 @@
 """Speculative greedy equals plain greedy, bit for bit, in bf16 on the real default model: 64 new
-tokens after a 4-shot FLORES-200 prompt in amh, ber, grn, ibo (the paper's languages with
-FLORES-200 text are split over two files, so the suite's two processes share them), for an n-gram
+tokens after a 4-shot translation prompt (bundled corpora) in amh, ber, grn, ibo (the paper's languages are
+split over two files, so the suite's two processes share them), for an n-gram
 chain, the default tree and a recycling tree."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ def setup(tmp_path_factory):
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_speculative_greedy_equals_plain_greedy_on_a_flores_prompt(setup, lang):
+def test_speculative_greedy_equals_plain_greedy_on_a_4_shot_prompt(setup, lang):
     (_, tokenizer, target), bigrams = setup
     assert_drafters_decode_as_plain(target, prompt_ids(tokenizer, lang, index=1), bigrams[lang])
 

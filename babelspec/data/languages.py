@@ -13,6 +13,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field, replace
 from importlib import resources
+from pathlib import Path
 
 from babelspec.errors import UserError
 
@@ -189,6 +190,23 @@ def get_language(code_or_alias: str | Language) -> Language:
             f"`babelspec data languages` lists all {len(LANGUAGES)}"
         )
     return LANGUAGES[code]
+
+
+def canonical_tables(tables: dict[str, Path]) -> dict[str, Path]:
+    """``tables`` (per-language files) keyed by each language's canonical code (``amh_Ethi`` and
+    ``am`` are amh, as the language detector names it), so that an engine's per-language tables
+    are found whatever code they were written under; a clear error for a code no language has,
+    or two codes of one."""
+    out: dict[str, Path] = {}
+    for lang, path in tables.items():
+        try:
+            code = get_language(lang).code
+        except UnknownLanguageError as err:
+            raise UserError(f"{path}: {err}; name the table's language as LANG=FILE") from None
+        if code in out and out[code] != path:
+            raise UserError(f"two tables for {code}: {out[code]} and {path} (as {lang!r})")
+        out[code] = path
+    return out
 
 
 def language_set(name: str) -> tuple[str, ...]:

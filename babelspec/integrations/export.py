@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from babelspec.data.languages import canonical_tables
 from babelspec.errors import UserError
 from babelspec.ngram import NgramModel
 
@@ -34,24 +35,6 @@ def language_of(model: NgramModel, path: Path) -> str:
     """A table's language: its training corpus's (``LANG:...``), else its file name's stem."""
     corpus = str(model.training.get("corpus", ""))
     return corpus.split(":", 1)[0] if ":" in corpus else path.stem.split(".")[0]
-
-
-def canonical_tables(tables: dict[str, Path]) -> dict[str, Path]:
-    """``tables`` keyed by each language's canonical code (``amh_Ethi`` and ``am`` are amh, as the
-    language detector names it), so that an engine's per-language tables are found whatever code
-    they were written under; a clear error for a code no language has, or two codes of one."""
-    from babelspec.data.languages import UnknownLanguageError, get_language
-
-    out: dict[str, Path] = {}
-    for lang, path in tables.items():
-        try:
-            code = get_language(lang).code
-        except UnknownLanguageError as err:
-            raise UserError(f"{path}: {err}; name the table's language as LANG=FILE") from None
-        if code in out and out[code] != path:
-            raise UserError(f"two tables for {code}: {out[code]} and {path} (as {lang!r})")
-        out[code] = path
-    return out
 
 
 def start_line(fmt: str, path: Path, lang: str) -> str:

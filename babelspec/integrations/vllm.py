@@ -84,7 +84,7 @@ def read_tables(folder: str | os.PathLike) -> dict[str, NgramModel]:
     manifest = json.loads(path.read_text())
     if manifest.get("format") != FORMAT:
         raise UserError(f"{path} is not a babelspec vLLM tables manifest (format {manifest.get('format')!r})")
-    from babelspec.integrations.export import canonical_tables
+    from babelspec.data.languages import canonical_tables
 
     # keyed by canonical codes whatever a manifest says (``amh_Ethi`` is amh, as the detector names
     # it); two codes of one language are refused, as at export, never merged silently

@@ -115,7 +115,6 @@ def _lowest_held_out(h: dict[str, Any]) -> str:
 def _headline_blocks(a: dict[str, Any]) -> list[Block]:
     """The headline: each language's best setting, mean and worst, and the router's."""
     meta = a.get("meta", {})
-    langs = a["languages"]
     blocks: list[Block] = []
     # --- headline: per language, best setting; mean and worst as prominent ---
     blocks.append(Heading("Headline: the best drafter setting per language"))
@@ -136,23 +135,37 @@ def _headline_blocks(a: dict[str, Any]) -> list[Block]:
             f"{_measured_on(a, meta)}.",
             css="callout",
         ))  # fmt: skip
-        routed = [r for r in a["router"]["routes"] if r["task"] != "*"]
-        if routed:
-            rh = a.get("router_headline", {})
-            w = rh.get("worst") or min(routed, key=lambda r: _num(r["predicted_speedup"]))  # older analyses
-            mean = rh.get("mean", _mean([r["predicted_speedup"] for r in routed]))
-            blocks.append(Paragraph(
-                f"**With the router (`--drafter auto`): mean {_f(mean, suffix='x')} "
-                f"{_ci(rh.get('mean_low'), rh.get('mean_high'))}, worst "
-                f"{w['language']} ({w['task']}) {_f(w['predicted_speedup'], suffix='x')} "
-                f"{_ci(w.get('predicted_low'), w.get('predicted_high'))}** (held-out predictions) — "
-                f"it takes a setting only where its interval on the choosing prompts lies above "
-                f"1.0x and decodes plainly elsewhere (see the router section)"
-                + (f"; held out, {rh['below_one']} of {rh['routes']} language–task pairs are below plain "
-                   f"decoding with it (lowest {_f(rh['lowest'], suffix='x')}), {rh['plain']} left at plain "
-                   "decoding." if "below_one" in rh else "."),
-                css="callout",
-            ))  # fmt: skip
+        blocks += _router_callout(a)
+    blocks.append(_language_rows_table(a, head))
+    blocks += paper_blocks(a)
+    return blocks
+
+
+def _router_callout(a: dict[str, Any]) -> list[Block]:
+    """The headline's second callout: the router's mean and worst held-out predictions."""
+    routed = [r for r in a["router"]["routes"] if r["task"] != "*"]
+    if not routed:
+        return []
+    rh = a.get("router_headline", {})
+    w = rh.get("worst") or min(routed, key=lambda r: _num(r["predicted_speedup"]))  # older analyses
+    mean = rh.get("mean", _mean([r["predicted_speedup"] for r in routed]))
+    return [Paragraph(
+        f"**With the router (`--drafter auto`): mean {_f(mean, suffix='x')} "
+        f"{_ci(rh.get('mean_low'), rh.get('mean_high'))}, worst "
+        f"{w['language']} ({w['task']}) {_f(w['predicted_speedup'], suffix='x')} "
+        f"{_ci(w.get('predicted_low'), w.get('predicted_high'))}** (held-out predictions) — "
+        f"it takes a setting only where its interval on the choosing prompts lies above "
+        f"1.0x and decodes plainly elsewhere (see the router section)"
+        + (f"; held out, {rh['below_one']} of {rh['routes']} language–task pairs are below plain "
+           f"decoding with it (lowest {_f(rh['lowest'], suffix='x')}), {rh['plain']} left at plain "
+           "decoding." if "below_one" in rh else "."),
+        css="callout",
+    )]  # fmt: skip
+
+
+def _language_rows_table(a: dict[str, Any], head: dict[str, dict]) -> Table:
+    """Each language's best setting, held out, with the per-task mean, worst and lowest rows."""
+    langs = a["languages"]
     rows = []
     for r in langs:
         rows.append([r["language"], r["task"], r["drafter"], str(r["gamma"]), _f(r["alpha"]),
@@ -177,7 +190,7 @@ def _headline_blocks(a: dict[str, Any]) -> list[Block]:
             rows.append([f"lowest held out ({task})", h["lowest_language"], h["lowest_drafter"], "", "",
                          f"{_f(h['lowest'], suffix='x')} {_ci(h['lowest_low'], h['lowest_high'])}",
                          "", "", "", "", "", "", ""])  # fmt: skip
-    blocks.append(Table(
+    return Table(
         ["language", "task", "best drafter", "γ", "α", "measured speedup [95% CI]", "pairs",
          "in-sample best", "theoretical f", "speedup (loop-free)", "ms/char plain", "ms/char best",
          "training text"],
@@ -192,9 +205,7 @@ def _headline_blocks(a: dict[str, Any]) -> list[Block]:
         "target tokens the best setting's n-gram counted (or, distilled, scored) on the language's "
         "real sets, else the bundled corpus's size (small, mostly UI strings and the UDHR): far "
         "below the paper's.",
-    ))  # fmt: skip
-    blocks += paper_blocks(a)
-    return blocks
+    )  # fmt: skip
 
 
 _PROXY_NAMES = {"web_tokens": "mOSCAR web tokens", "train_tokens": "bigram training tokens",
