@@ -15,6 +15,7 @@ from babelspec.forward.options import HEADS
 from babelspec.forward.w8a8 import quantize_w8a8
 from babelspec.lm import CausalLM
 from babelspec.models import DEFAULT_TARGET, gguf_source, load_model
+from babelspec.models.loader import resolve_dtype
 
 
 class Target(CausalLM):
@@ -85,6 +86,25 @@ def default_precision(spec: str, device: str | torch.device | None = None, dtype
     return "gguf" if gguf and onednn_packs_bf16() and library() is not None else None
 
 
+def _check_bf16_choices(dtype: str | torch.dtype | None, device: str | torch.device | None,
+                        precision: str | None, head: str) -> None:
+    """A target mode or the certified head with a dtype other than bf16, refused before a model
+    loads (seconds to minutes) with the message the forward would give after."""
+    if dtype in (None, "auto") or (precision is None and head == "full"):
+        return
+    resolved = resolve_dtype(dtype, torch.device(device) if device is not None else None)
+    if resolved == torch.bfloat16:
+        return
+    if precision == "w8a8":
+        raise UserError(f"W8A8 quantizes a bfloat16 target; this one is {resolved} (load it with dtype='bfloat16')")
+    if precision == "gguf":
+        raise UserError(f"the gguf mode runs on the bf16 lean forward; this one is {resolved} (load the model "
+                        "with dtype='bfloat16')")  # fmt: skip
+    if head == "certified":
+        raise UserError(f"the certified head needs a bf16 head (this one: {resolved}); load the target with "
+                        "dtype='bfloat16' or use head='full'")  # fmt: skip
+
+
 def load_target(
     spec: str = DEFAULT_TARGET,
     *,
@@ -135,6 +155,7 @@ def load_target(
         raise UserError(f"the certified head belongs to the bf16 target; use it without precision={precision!r}")
     if precision in PRECISIONS and dtype in (None, "auto"):
         dtype = "bfloat16"  # the modes are made from the bf16 model
+    _check_bf16_choices(dtype, device, precision, head)  # before the model loads, not after
     model, tokenizer = load_model(spec, device=device, dtype=dtype, attention=attention)
     if options is not None or head != "full":
         options = replace(options if options is not None else ForwardOptions(), head=head)

@@ -16,7 +16,7 @@ torch.set_num_threads(1)
 FIRST = (
     "test_exact_serve.py", "test_exact_gguf.py", "test_exact_greedy_npi_to_zgh.py", "test_exact_greedy_amh_to_ibo.py",
     "test_models_equivalence.py", "test_cli_generate.py", "test_certified.py", "test_experiments_ray.py",
-    "test_exact_bf16.py", "test_serve.py", "test_target_w8a8.py", "test_bench_forward.py", "test_serve_w8a8.py",
+    "test_exact_bf16.py", "test_serve.py", "test_target_w8a8.py", "test_bench_forward.py",
     "test_languages.py", "test_serve_fuzz.py", "test_engine_tree.py", "test_batching.py",
 )  # fmt: skip
 

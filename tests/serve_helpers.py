@@ -115,16 +115,16 @@ def post(url: str, data: bytes, headers: dict | None = None) -> tuple[int, dict,
         return err.code, json.loads(err.read()), dict(err.headers)
 
 
-def generate_cli(target: str, *args: str) -> subprocess.Popen:
-    """`babelspec generate --json` in its own process (started now, read with ``cli_result``)."""
-    return subprocess.Popen([sys.executable, "-m", "babelspec", "generate", "--target", target, "--json", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())  # fmt: skip
+def generate_cli(target: str, *args: str) -> dict:
+    """What `babelspec generate --json` prints, run in this process (the command's own code, one
+    process for all the references a module needs rather than a Python start and imports each)."""
+    from typer.testing import CliRunner
 
+    from babelspec.cli import app
 
-def cli_result(proc: subprocess.Popen) -> dict:
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    return json.loads(out)
+    res = CliRunner().invoke(app, ["generate", "--target", target, "--json", *args])
+    assert res.exit_code == 0, (res.output, res.exception)
+    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def completions_at_once(client, model: str, jobs: list[tuple[list[int], str]], max_tokens: int) -> list[list[int]]:

@@ -97,7 +97,7 @@ def test_the_server_on_the_default_mode_answers_plain_greedy_tokens(gguf, tmp_pa
     train(monolingual("npi"), gguf.tokenizer, CountConfig(order=2)).save(table)
     prompts = [gguf.tokenizer(f"English: {text}\nNepali:")["input_ids"] for text in ("The rain stopped at noon.", "We walked home.")]
     expected = [plain(gguf, p, past_eos=False) for p in prompts]
-    server = Server("--target", DEFAULT_TARGET, "--batch", "2", "--drafter", "plain=none", "--drafter", f"npi=ngram:{table}",
+    server = Server("--target", DEFAULT_TARGET, "--batch", "2", "--threads", "3", "--drafter", "plain=none", "--drafter", f"npi=ngram:{table}",
                     log=tmp_path / "serve.log")  # fmt: skip
     try:
         client = server.wait().client()

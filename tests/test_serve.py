@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import openai
 import pytest
 from experiments_fixtures import tiny_model_dir
-from serve_helpers import Server, cli_result, generate_cli, get, post, with_chat_template, write_router
+from serve_helpers import Server, generate_cli, get, post, with_chat_template, write_router
 
 PROMPT = "Ẹ kú àárọ̀, báwo ni"  # Yoruba: the classifier detects yor
 ENGLISH = "The weather is nice today and"
@@ -37,19 +37,19 @@ def setup(tmp_path_factory):
         "base": Server("--target", base, "--batch", "1", "--queue-size", "1", "--request-timeout", "5",
                        "--max-body-bytes", "65536", log=root / "base.log"),
     }  # fmt: skip
-    # `babelspec generate` with the settings the tests send to the server, in parallel processes.
-    cli = {
-        "greedy": generate_cli(chat, "--drafter", "self:1", "--greedy", "--max-new-tokens", "24", "--prompt", PROMPT),
-        "seeded": generate_cli(chat, "--drafter", "self:1", "--seed", "7", "--max-new-tokens", "24", "--prompt", PROMPT),
-        "auto": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--seed", "3",
-                             "--max-new-tokens", "24", "--prompt", PROMPT),
-        "auto-tree": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--task", "story",
-                                  "--greedy", "--max-new-tokens", "24", "--prompt", PROMPT),
-    }  # fmt: skip
     try:
+        # `babelspec generate` with the settings the tests send to the server, while the servers start
+        cli = {
+            "greedy": generate_cli(chat, "--drafter", "self:1", "--greedy", "--max-new-tokens", "24", "--prompt", PROMPT),
+            "seeded": generate_cli(chat, "--drafter", "self:1", "--seed", "7", "--max-new-tokens", "24", "--prompt", PROMPT),
+            "auto": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--seed", "3",
+                                 "--max-new-tokens", "24", "--prompt", PROMPT),
+            "auto-tree": generate_cli(chat, "--drafter", f"auto:{router}", "--lang", "yor", "--task", "story",
+                                      "--greedy", "--max-new-tokens", "24", "--prompt", PROMPT),
+        }  # fmt: skip
         for s in servers.values():
             s.wait()
-        yield {"servers": servers, "cli": {k: cli_result(p) for k, p in cli.items()}, "model": chat,
+        yield {"servers": servers, "cli": cli, "model": chat,
                "base_model": base, "router": router}  # fmt: skip
     finally:
         for s in servers.values():

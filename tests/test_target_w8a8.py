@@ -1,7 +1,8 @@
 """``load_target(precision="w8a8")``: a lower-precision target mode, int8 weights and int8
 activations (``lean.quantize_w8a8``). It is another model than the bf16 one, close to it; the
 engine stays lossless with respect to it: its block rows are its decode rows, greedy speculation
-equals its plain greedy decoding, and samples follow its own distribution."""
+equals its plain greedy decoding, samples follow its own distribution, and requests batched as the
+server batches them get the tokens they get alone."""
 
 from __future__ import annotations
 
@@ -177,3 +178,32 @@ def test_the_default_model_in_w8a8_decodes_speculatively_as_it_decodes_plainly_a
     assert 0.6 <= result["w8a8"]["agreement"] <= 1.0
     assert result["bf16"]["agreement"] == 1.0
     assert teacher_forced_agreement(bf16, bf16, prompt, plain.token_ids) == 1.0
+    _batched_requests_equal_each_alone(target, bigram)
+
+
+def _batched_requests_equal_each_alone(target: Target, bigram) -> None:
+    """Requests decoded at once share the W8A8 target's forwards (as ``babelspec serve --precision
+    w8a8 --batch`` runs them) and each gets the tokens it gets alone, greedy and sampled."""
+    from babelspec.batching import EngineLoop
+
+    texts = ["Ẹ kú àárọ̀, báwo ni", "The weather is nice today and", "እያንዳንዱ ሰው የዘር የቀለም"]
+    prompts = [target.tokenizer(t).input_ids for t in texts]
+    jobs = [(f"ngram:{bigram}", SamplingConfig(greedy=True)), ("none", SamplingConfig(greedy=True)),
+            ("none", SamplingConfig.paper(seed=5))]  # fmt: skip
+    alone = [generate(target, make_drafter(spec, target), prompts[i], gamma=4, max_new_tokens=16,
+                      sampling=sampling).token_ids for i, (spec, sampling) in enumerate(jobs)]  # fmt: skip
+    loop = EngineLoop(target, batch=len(jobs))
+    assert loop.max_rows >= 2  # the W8A8 products are row-invariant: a batch shares them
+    outs: list = [None] * len(jobs)
+
+    def task(i: int):
+        def body(index: int, slot: Target) -> None:
+            outs[i] = generate(slot, make_drafter(jobs[i][0], slot), prompts[i], gamma=4, max_new_tokens=16,
+                               sampling=jobs[i][1]).token_ids  # fmt: skip
+
+        return body
+
+    for i in range(len(jobs)):
+        loop.submit(task(i))
+    loop.run(until_idle=True)
+    assert outs == alone and max(loop.stats.sizes) == len(jobs)

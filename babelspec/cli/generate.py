@@ -66,10 +66,11 @@ def generate(
             lang = get_language(lang).code
         except ValueError as err:
             raise typer.BadParameter(str(err), param_hint="--lang") from None
-    from babelspec.drafters import make_drafter
+    from babelspec.drafters import check_spec, make_drafter
     from babelspec.drafters.base import resolve_gamma
     from babelspec.target import load_target
 
+    check_spec(drafter)  # before the target loads
     tgt = load_target(target, dtype=dtype, precision=precision or None, head=head, **forward_choice())
     context = {k: v for k, v in (("lang", lang), ("task", task)) if v is not None}
     drf = make_drafter(drafter, tgt, **context)

@@ -112,15 +112,21 @@ def register(prefix: str) -> Callable[[DrafterFactory], DrafterFactory]:
     return wrap
 
 
-def make_drafter(spec: str, target: Target, **context: Any) -> Drafter:
-    """Build the drafter a spec names, e.g. ``make_drafter("ngram:amh.ngram", target)``."""
-    prefix, _, arg = spec.partition(":")
-    if prefix not in _FACTORIES:
+def check_spec(spec: str) -> None:
+    """Refuse a spec no factory takes (its form only: a command line checks it before loading a
+    target, the factory checks the rest)."""
+    if spec.partition(":")[0] not in _FACTORIES:
         known = ", ".join(sorted(f"{p}:..." if p != "none" else p for p in _FACTORIES))
         raise UserError(f"unknown drafter spec {spec!r}; known forms: {known}")
+
+
+def make_drafter(spec: str, target: Target, **context: Any) -> Drafter:
+    """Build the drafter a spec names, e.g. ``make_drafter("ngram:amh.ngram", target)``."""
+    check_spec(spec)
+    prefix, _, arg = spec.partition(":")
     drafter = _FACTORIES[prefix](arg, target, context)
     check_vocabulary(drafter, target, name=spec)
     return drafter
 
 
-__all__ = ["Draft", "Drafter", "NoDrafter", "make_drafter", "register"]
+__all__ = ["Draft", "Drafter", "NoDrafter", "check_spec", "make_drafter", "register"]

@@ -23,7 +23,7 @@ from babelspec.forward.trees import tree_ancestors, tree_mask
 
 EXACT_SMALL_ROWS = 16  # blocks of up to this many rows take each product whole (``exact_rows``)
 EXACT_CHUNK_ROWS = (256, 64)  # longer ones in pieces of these sizes whose rows round as alone (``bench exact``)
-_PROBED: dict[tuple, Any] = {}  # row-invariance probes' answers, by ``LeanGemma3._shapes_key`` (kernels go by shape)
+_PROBED: dict[tuple, Any] = {}  # row-invariance probes' answers, by ``LeanGemma3._shapes_key`` (kernels go by shape and threads)
 CACHE_ONLY = -1  # a block's logits_to_keep: no logits, the block only cached (a prefill)
 
 
@@ -115,8 +115,8 @@ class LeanGemma3(Forward):
         self.glue: Glue | None = None
         if quantize == "int8" and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
-        self._batch_rows: dict[int, int] = {}
-        self._exact_rows: tuple[int, tuple[int, ...]] | None = None
+        self._batch_rows: dict[tuple[int, int], int] = {}  # (limit, threads) -> rows
+        self._exact_rows: dict[int, tuple[int, tuple[int, ...]]] = {}  # threads -> (small, chunks)
         self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
@@ -299,11 +299,12 @@ class LeanGemma3(Forward):
         gate/up, down, the output head) gives every row of an M-row block the bits of the same
         row computed alone (a decode step's form, ``pad_row`` included), for all of 2..M.
         Kernels are chosen by shape, so one layer's products stand for all; kept per limit."""
-        if limit in self._batch_rows:
-            return self._batch_rows[limit]
+        mine = (limit, torch.get_num_threads())
+        if mine in self._batch_rows:
+            return self._batch_rows[mine]
         key = (self._shapes_key(), limit)
         if key in _PROBED:
-            self._batch_rows[limit] = _PROBED[key]
+            self._batch_rows[mine] = _PROBED[key]
             return _PROBED[key]
         g = torch.Generator().manual_seed(0)
         best = limit
@@ -316,7 +317,7 @@ class LeanGemma3(Forward):
                     if any(not torch.equal(block[i], alone[i]) for i in range(m)):
                         best = m - 1
                         break
-        self._batch_rows[limit] = _PROBED[key] = best
+        self._batch_rows[mine] = _PROBED[key] = best
         return best
 
     def _probe_products(self, head: bool) -> list[tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
@@ -337,12 +338,14 @@ class LeanGemma3(Forward):
         return (torch.randn(1, m, width, generator=g) * torch.logspace(-1, 1, m)[:, None]).to(self.dtype)
 
     def _shapes_key(self) -> tuple:
-        """What picks the products' kernels: their kinds and shapes, the dtype and the output head's
-        kind (a probe's answer holds for every forward with the same key in this process)."""
+        """What picks the products' kernels: their kinds and shapes, the dtype, the output head's
+        kind and torch's thread count (a library may split a product otherwise with more threads;
+        a probe's answer holds for every forward with the same key in this process)."""
         layer, config = self.layers[0], self.body.config
         kinds = tuple(type(p).__name__ for p in (layer.qkv, layer.o, layer.gate_up, layer.down, self.logits_of))
         return (kinds, self.dtype, self.quantize, config.hidden_size, config.intermediate_size, self.heads,
-                self.kv_heads, self.head_dim, getattr(getattr(self.logits_of, "weight", None), "shape", None))  # fmt: skip
+                self.kv_heads, self.head_dim, getattr(getattr(self.logits_of, "weight", None), "shape", None),
+                torch.get_num_threads())  # fmt: skip
 
     def _rows(self, product: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         """``product(x)`` for a layer's product on the exact path, in pieces whose rows are known
@@ -391,13 +394,14 @@ class LeanGemma3(Forward):
         in ``chunks`` too (of ``EXACT_CHUNK_ROWS``, largest first; empty where none agrees):
         measured once, since oneDNN picks kernels by shape and CPU (an AMX kernel for long
         blocks, say)."""
-        if self._exact_rows is None:
+        threads = torch.get_num_threads()
+        if threads not in self._exact_rows:
             key = (self._shapes_key(), "chunks")
             small = self.batch_rows(EXACT_SMALL_ROWS)
             if key not in _PROBED:
                 _PROBED[key] = tuple(c for c in EXACT_CHUNK_ROWS if self._rows_agree(c))
-            self._exact_rows = small, _PROBED[key]
-        return self._exact_rows
+            self._exact_rows[threads] = small, _PROBED[key]
+        return self._exact_rows[threads]
 
     def _rows_agree(self, m: int) -> bool:
         """Whether each layer product gives every row of an ``m``-row block the bits of the row

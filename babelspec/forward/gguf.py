@@ -145,4 +145,4 @@ def use_gguf(forward: LeanGemma3, path: Path, kernel: str = "auto") -> None:
     forward.logits_of.project = head
     forward.quantize = "gguf"
     forward._batch_rows.clear()
-    forward._exact_rows = None
+    forward._exact_rows.clear()

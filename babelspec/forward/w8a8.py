@@ -90,4 +90,4 @@ def quantize_w8a8(forward: LeanGemma3, calibrate: Callable[[], None], alpha: flo
         layer.qk_norm = _qk_norm(layer.norms, forward.heads, forward.kv_heads)
     forward.quantize = "w8a8"
     forward._batch_rows.clear()
-    forward._exact_rows = None
+    forward._exact_rows.clear()
