@@ -97,6 +97,11 @@ class CausalLM:
         """A drafter's ``CausalLM`` over ``model`` that computes as this one does: the same forward
         and options, with the full output head (a drafter samples from every logit)."""
         options = replace(self.options, head="full") if self.options is not None else None
+        if quantize == "gguf":  # the layers on this gguf target's own products (``gguf:LANG``)
+            if self.lean is None:
+                raise UserError("a drafter on the GGUF's blocks needs the lean forward of a target in the gguf mode")
+            impl = self.lean.sharing_blocks(model.body, model.logits_of, options)
+            return CausalLM(model, None, self.forward_name, impl=impl, options=options)
         return CausalLM(model, None, self.forward_name, quantize, options=options)
 
     def reset(self) -> None:

@@ -17,6 +17,7 @@ from babelspec.data import LANGUAGES
 from babelspec.data.corpus import monolingual
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
+from babelspec.errors import UserError
 from babelspec.forward.qmm import QProduct
 from babelspec.machine import EXACT_BF16, execution_plan
 from babelspec.models import DEFAULT_TARGET
@@ -77,6 +78,29 @@ def test_speculative_greedy_is_plain_greedy(gguf, tmp_path, threads):
                            sampling=SamplingConfig(greedy=True), eos_token_ids=())  # fmt: skip
             assert out.token_ids == expected, (lang, spec)
             assert out.accepted > 0
+
+
+def test_the_gguf_self_drafter_shares_the_targets_blocks_and_decodes_as_plain(gguf):
+    """``gguf:LANG``: the target's own layer products (the same objects: no copy of a weight)
+    under the language's restricted head. Greedy speculation gives plain greedy decoding's tokens,
+    and it drafts close to the target (its layers are the target's): most drafts are kept."""
+    drafter = make_drafter("gguf:amh", gguf)
+    mine, theirs = drafter.lm.impl.layers, gguf.lean.layers
+    assert all(a.gate_up is b.gate_up and a.qkv is b.qkv for a, b in zip(mine, theirs))
+    prompt = gguf.tokenizer("English: The rain stopped at noon.\nAmharic:")["input_ids"]
+    expected = plain(gguf, prompt)
+    out = generate(gguf, drafter, prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(greedy=True),
+                   eos_token_ids=())  # fmt: skip
+    assert out.token_ids == expected
+    assert out.accepted / out.proposed > 0.6, (out.accepted, out.proposed)
+    shallow = make_drafter("gguf:9@amh", gguf)
+    assert len(shallow.lm.impl.layers) == 9 and shallow.lm.impl.layers[8].down is theirs[8].down
+
+
+def test_the_gguf_self_drafter_needs_a_gguf_target():
+    bf16 = load_target("gemma-3-270m", dtype="bfloat16")
+    with pytest.raises(UserError, match="needs a target in the gguf mode"):
+        make_drafter("gguf:amh", bf16)
 
 
 def test_the_files_model_follows_the_float_model_as_closely_as_bf16(gguf, long_prompt):

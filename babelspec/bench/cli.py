@@ -225,7 +225,7 @@ def bench_peers(
                                "tree's budget, else --gamma)."),
     repeats: int = typer.Option(1, help="Rounds over all prompts (medians over all runs)."),
     drafters: str = typer.Option("", help="Comma-separated drafter specs (default: self:6, self:12, head, self:12@; "
-                                           "'head', 'self:K@', 'int8', 'int8:K@', 'bigram@', 'distilled-bigram@' and "
+                                           "'head', 'self:K@', 'int8', 'int8:K@', 'gguf', 'gguf:K@', 'bigram@', 'distilled-bigram@' and "
                                            "'real-bigram@' take each prompt's language; the n-grams take options: "
                                            "real-bigram@,tree=15,branch=8)."),
     modes: str = typer.Option("greedy,sample", help="greedy, sample (top-k 100, top-p 0.9), or both."),
@@ -236,9 +236,10 @@ def bench_peers(
                                   "$BABELSPEC_CORPORA, else the user's corpora folder]"),
     quick: bool = typer.Option(False, "--quick", help="3 languages, 1 short prefix prompt each, 32 tokens, no HF assisted run: a few minutes."),
     dtype: str = typer.Option("auto", help="auto, bfloat16 or float32: babelspec and HF run in the same dtype."),
-    precision: str = typer.Option("", help="babelspec's target mode: w8a8 (int8 weights and activations, "
-                                  "another model; its agreement with the loaded dtype's is measured and "
-                                  "printed), or empty for the loaded dtype's own."),
+    precision: str = typer.Option("", help="babelspec's target mode: gguf (the file's blocks; the default of a "
+                                  "GGUF model under --dtype auto), w8a8 (int8 weights and activations, another "
+                                  "model; its agreement with the loaded dtype's is measured and printed), or "
+                                  "none for the loaded dtype's own."),
     llama_cpp: bool = typer.Option(True, help="Also time llama.cpp plain decoding of the same GGUF (needs llama-cpp-python)."),
     llama_cpp_lookup: int = typer.Option(10, min=0, help="And llama.cpp with llama-cpp-python's prompt-lookup "
                                          "drafter (LlamaPromptLookupDecoding), drafting this many tokens; 0: not."),

@@ -47,14 +47,14 @@ LANGUAGE_NGRAMS = ("bigram@", "distilled-bigram@", "real-bigram@")
 
 def drafter_spec_for(spec: str, lang: str) -> str:
     """Fill the language into specs that take it from the context (``head``, ``self:K@``,
-    ``int8``, ``int8:K@``, ``bigram@``, ``distilled-bigram@``, ``real-bigram@``, the last three
-    before their options)."""
-    if spec in ("head", "int8"):
+    ``int8``, ``int8:K@``, ``gguf``, ``gguf:K@``, ``bigram@``, ``distilled-bigram@``,
+    ``real-bigram@``, the last three before their options)."""
+    if spec in ("head", "int8", "gguf"):
         return f"{spec}:{lang}"
     base, comma, options = spec.partition(",")
     if base in LANGUAGE_NGRAMS:
         return base + lang + comma + options
-    if spec.startswith(("self:", "int8:")) and spec.endswith("@"):
+    if spec.startswith(("self:", "int8:", "gguf:")) and spec.endswith("@"):
         return spec + lang
     return spec
 

@@ -78,6 +78,22 @@ def _int8(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     return restricted_drafter(target, k=k, lang=lang, name=name, quantize="int8")
 
 
+def _gguf(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+    """``gguf:LANG`` (all layers) or ``gguf:K@LANG``: the layers on a gguf target's own products
+    over the file's quantized blocks (shared: no copy, the file's bytes a step) under the
+    restricted head of LANG."""
+    from babelspec.drafters.selfdraft import num_layers, parse_layers
+    from babelspec.drafters.vocabhead import restricted_drafter
+
+    layers, at, lang = arg.rpartition("@") if "@" in arg else ("", "", arg)
+    k = parse_layers(layers, target) if at else None
+    lang = lang or context.get("lang")
+    if k == num_layers(target.model):
+        k = None
+    name = f"gguf:{layers}@{lang}" if k else f"gguf:{lang}" if lang else "gguf"
+    return restricted_drafter(target, k=k, lang=lang, name=name, quantize="gguf")
+
+
 def _adaptive(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     from babelspec.drafters.adaptive import adaptive_drafter
 
@@ -98,7 +114,7 @@ def _auto(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 
 _FACTORIES: dict[str, DrafterFactory] = {
     "none": _none, "model": _model, "ngram": _ngram, "self": _self, "head": _head,
-    "int8": _int8, "distilled": _distilled, "auto": _auto, "adaptive": _adaptive,
+    "int8": _int8, "gguf": _gguf, "distilled": _distilled, "auto": _auto, "adaptive": _adaptive,
 }  # fmt: skip
 
 

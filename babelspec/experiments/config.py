@@ -23,7 +23,7 @@ from babelspec.router import RULES
 KNOWN_TASKS: tuple[str, ...] = ("translation", "story")
 # Drafter spec prefixes the project knows of (registered by their modules as they land).
 KNOWN_DRAFTER_PREFIXES: tuple[str, ...] = (
-    "none", "model", "self", "head", "int8", "ngram", "distilled", "auto", "adaptive",
+    "none", "model", "self", "head", "int8", "gguf", "ngram", "distilled", "auto", "adaptive",
 )  # fmt: skip
 # Drafter settings the runner must prepare (train) per language before it can use them.
 PREPARED_KINDS: tuple[str, ...] = ("ngram", "distilled", "head")
@@ -41,7 +41,7 @@ class DrafterSetting:
     substituted) or a ``kind`` the runner prepares per language (``ngram`` trains an n-gram
     file on the language's monolingual train split; ``distilled`` runs knowledge
     distillation; ``head`` writes the rows of a restricted-head self-drafter, ``quantize =
-    "int8"`` and ``layers = K`` choosing which) and turns into a spec.
+    "int8"`` or ``"gguf"`` and ``layers = K`` choosing which) and turns into a spec.
     """
 
     name: str  # label in the store and the report, e.g. "bigram"
@@ -330,8 +330,9 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for kind = \"head\"; "
                               "allowed: quantize = \"int8\", layers = K, corpus, adaptive")
-        if options.get("quantize", "int8") not in ("int8", "none"):
-            raise ConfigError(f"{where}: quantize must be \"int8\" or \"none\", got {options['quantize']!r}")
+        if options.get("quantize", "int8") not in ("int8", "gguf", "none"):
+            raise ConfigError(f"{where}: quantize must be \"int8\", \"gguf\" (a gguf target's own blocks) or "
+                              f"\"none\", got {options['quantize']!r}")
         layers = options.get("layers")
         if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 1):
             raise ConfigError(f"{where}: layers must be a whole number of layers >= 1, got {layers!r}")

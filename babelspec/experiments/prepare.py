@@ -202,7 +202,8 @@ def _prepare_head(req: PrepareRequest) -> str:
     """The target drafting for itself under a head restricted to the language's tokens
     (``drafters.vocabhead``): the rows are counted on the setting's monolingual text, so a
     language the bundled dataset does not hold gets its head from its real sets. Options:
-    ``quantize`` (``"int8"``, the default, or ``"none"``) and ``layers`` (all when absent)."""
+    ``quantize`` (``"int8"``, the default; ``"gguf"``, the layers on a gguf target's own blocks;
+    or ``"none"``) and ``layers`` (all when absent)."""
     vocab = _require("babelspec.drafters.vocab", "the restricted-head drafter")
     quantize = req.setting.options.get("quantize", "int8")
     layers = req.setting.options.get("layers")
@@ -212,8 +213,8 @@ def _prepare_head(req: PrepareRequest) -> str:
         req.log(f"counting {req.setting.name}'s rows for {req.language} on {len(texts)} texts")
         vocab.save_vocabulary(path, vocab.vocabulary_ids(texts, req.target.tokenizer))
     at = f"{layers}@" if layers else ""
-    if quantize == "int8":
-        return f"int8:{at}{path}"
+    if quantize in ("int8", "gguf"):
+        return f"{quantize}:{at}{path}"
     return f"self:{layers}@{path}" if layers else f"head:{path}"
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from babelspec.errors import UserError
 from babelspec.forward.base import Forward
 from babelspec.forward.cache import LeanCache, LeanLayerCache
 from babelspec.forward.certified import HeadRequest
@@ -86,7 +87,7 @@ class LeanGemma3(Forward):
 
     def __init__(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
                  options: ForwardOptions | None = None, quantize: str | None = None,
-                 initial_capacity: int = 256) -> None:  # fmt: skip
+                 initial_capacity: int = 256, shared: list[_Layer] | None = None) -> None:  # fmt: skip
         self.options = options = options if options is not None else ForwardOptions()
         pack, fuse, limit = options.pack, options.fuse, options.merge_max_tokens
         config = body.config
@@ -113,14 +114,22 @@ class LeanGemma3(Forward):
         # float32 over a float32 cache: oneDNN's bf16 products pay 50-80 µs for each new context
         # length, MKL's float32 ones 17 µs (``benchmarks/results/native_glue.json``)
         self.glue: Glue | None = None
-        if quantize == "int8" and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
+        if quantize in ("int8", "gguf") and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
             self.glue, self.cache_dtype = glue(), torch.float32
+        if quantize == "gguf" and (shared is None or len(shared) < config.num_hidden_layers):
+            raise ValueError("a drafter on a GGUF's blocks takes the products of as many layers of a gguf target")
         self._batch_rows: dict[tuple[int, int], int] = {}  # (limit, threads) -> rows
         self._exact_rows: dict[int, tuple[int, tuple[int, ...]]] = {}  # threads -> (small, chunks)
         self.quantize = quantize
         self.layers = []
         for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
             attn, mlp = layer.self_attn, layer.mlp
+            if quantize == "gguf":  # a drafter on the target's own products over the file's blocks
+                src = shared[len(self.layers)]
+                self.layers.append(_Layer(qkv=src.qkv, o=src.o, gate_up=src.gate_up, down=src.down,
+                                          norms=src.norms, sliding=src.sliding))  # fmt: skip
+                self.layers[-1].qk_norm = src.qk_norm
+                continue
             if quantize == "int8":
                 products = {name: Int8Linear(ws) for name, ws in _weights(layer).items()}
                 self.layers.append(_Layer(**products, norms=_layer_norms(layer, attn),
@@ -182,6 +191,16 @@ class LeanGemma3(Forward):
         entry i is the block index of token i's parent, -1 for the last cached token; each
         token then sees the cache and its own ancestors, at the position of its depth."""
         return self.forward_many([Block(ids, cache, logits_to_keep, parents, head)])[0]
+
+    def sharing_blocks(self, body: torch.nn.Module, logits_of: Callable[[torch.Tensor], torch.Tensor],
+                       options: ForwardOptions | None = None) -> LeanGemma3:  # fmt: skip
+        """A drafter's forward over ``body`` (the first layers of this target's model, shared)
+        whose layers compute on this gguf target's own products over the file's blocks: no
+        copy of a weight, the bytes of the file's layers a step (``gguf:LANG``)."""
+        if self.quantize != "gguf":
+            raise UserError("a drafter on the GGUF's blocks needs a target in the gguf mode (a GGUF model under "
+                            "--dtype auto on a CPU, or --precision gguf); use int8:LANG with this one")  # fmt: skip
+        return LeanGemma3(body, logits_of, self.options, "gguf", shared=self.layers)
 
     @property
     def product_kernel(self) -> str | None:

@@ -10,7 +10,7 @@ import torch
 
 from babelspec.errors import UserError
 
-QUANTIZATIONS = (None, "int8")
+QUANTIZATIONS = (None, "int8", "gguf")  # gguf: a drafter on a gguf target's own products (``LeanGemma3.sharing_blocks``)
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

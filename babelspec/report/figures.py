@@ -7,6 +7,7 @@ Figs. 3-4 acceptance and speedup per language, Fig. 5 in-task versus held-out ta
 from __future__ import annotations
 
 import io
+import warnings
 from collections import defaultdict
 
 import matplotlib
@@ -34,7 +35,15 @@ def text_overlaps(fig) -> list[tuple[str, str]]:
     return out
 
 
+class FigureTextOverlap(UserWarning):
+    """A report's figure draws text over other text (``text_overlaps``): a reader cannot read it."""
+
+
 def _png(fig) -> bytes:
+    """The figure as PNG bytes, closed after; a ``FigureTextOverlap`` warning where its texts overlap."""
+    if overlaps := text_overlaps(fig):
+        title = next((ax.get_title() for ax in fig.axes if ax.get_title()), "") or "untitled"
+        warnings.warn(FigureTextOverlap(f"figure {title!r} draws text over text: {overlaps[:3]}"), stacklevel=3)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
     plt.close(fig)
