@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 LLAMA_STAMP := $(VENV)/.llamacpp-stamp
 
-.PHONY: demo test test-glue-off test-wheel test-cluster test-peers vllm-env test-vllm install clean
+.PHONY: demo test test-extended test-glue-off test-wheel test-cluster test-peers vllm-env test-vllm install clean
 
 install: $(STAMP)
 
@@ -76,7 +76,12 @@ export BABELSPEC_CORPORA ?= $(CORPORA)
 test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/ruff check babelspec tests benchmarks
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not peers and not vllm and not cluster"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not peers and not vllm and not cluster and not extended"
+
+# The optional target modes (the certified head, W8A8) and the benchmarks' smoke runs (marked
+# `extended`: about 3 minutes), apart so that `make test` stays under 10 minutes. .ci/run runs it.
+test-extended: $(STAMP)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m extended
 
 # The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0, read by tests/edge.py and the command line): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue; the bf16 grid and

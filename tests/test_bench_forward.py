@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from babelspec.cli import app
+
+pytestmark = pytest.mark.extended
 
 runner = CliRunner()
 

@@ -12,6 +12,8 @@ import pytest
 from experiments_fixtures import tiny_model_dir
 from serve_helpers import env
 
+pytestmark = pytest.mark.extended
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

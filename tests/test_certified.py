@@ -25,8 +25,8 @@ from babelspec.models import DEFAULT_TARGET, load_model
 from babelspec.sampling import SamplingConfig, warp
 from babelspec.target import Target, load_target
 
-pytestmark = pytest.mark.skipif(not can_certify(torch.zeros(2, 2, dtype=torch.bfloat16)),
-                                reason="the certified head needs oneDNN's int8 product")  # fmt: skip
+pytestmark = [pytest.mark.extended, pytest.mark.skipif(not can_certify(torch.zeros(2, 2, dtype=torch.bfloat16)),
+                                reason="the certified head needs oneDNN's int8 product")]  # fmt: skip
 
 PAPER = SamplingConfig.paper()
 BLOCK = 9  # a verification block's rows (gamma 8 and the pending token)

@@ -38,7 +38,7 @@ def test_plain_decoding_matches_hugging_face_generate(name):
     assert ours.token_ids == hf_greedy(model, PROMPT, NEW)
 
 
-@pytest.mark.parametrize("gamma", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("gamma", [1, 2, 5])  # one token, a short chain, a long one
 @pytest.mark.parametrize("kind", ["always_right", "never_right", "sometimes_right", "neural"])
 def test_speculative_greedy_equals_plain_greedy(family, gamma, kind):
     name, model, reference = family

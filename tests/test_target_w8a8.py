@@ -20,7 +20,7 @@ from babelspec.machine import describe, execution_info
 from babelspec.sampling import SamplingConfig
 from babelspec.target import PRECISIONS, Target, calibration_texts, load_target
 
-pytestmark = pytest.mark.skipif(not w8a8_available(), reason="this torch has no oneDNN qlinear_pointwise")
+pytestmark = [pytest.mark.extended, pytest.mark.skipif(not w8a8_available(), reason="this torch has no oneDNN qlinear_pointwise")]
 
 
 def _w8a8_target(vocab: int = 64, layers: int = 3, seed: int = 0, keep: tuple[str, ...] = ("down",)) -> Target:
