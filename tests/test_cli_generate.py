@@ -65,6 +65,7 @@ def test_generate_rejects_bad_input_with_a_message(args, message):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.extended  # the certified head, an optional mode (make test-extended)
 def test_generate_with_the_certified_head_gives_the_full_heads_tokens_and_says_so():
     from typer.testing import CliRunner
 

@@ -103,6 +103,7 @@ def test_the_gguf_self_drafter_needs_a_gguf_target():
         make_drafter("gguf:amh", bf16)
 
 
+@pytest.mark.extended  # the mode's quality, not its exactness (make test-extended)
 def test_the_files_model_follows_the_float_model_as_closely_as_bf16(gguf, long_prompt):
     """Teacher-forced top-1 agreement with the float32 forward over 200 tokens of real text: the
     file's model with int8 rows, near the bf16 rounding of it."""

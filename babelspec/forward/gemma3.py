@@ -159,6 +159,12 @@ class LeanGemma3(Forward):
         self.exact = (fuse and quantize is None and self.dtype == torch.bfloat16 and self.device.type == "cpu"
                       and all(layer.qkv.fused and layer.gate_up.fused and layer.qk_norm is not None
                               for layer in self.layers))  # fmt: skip
+        # row by row attention (``bs_attend``, masks from ``_visible``): the exact path's, and a
+        # drafter's on a gguf target's blocks, whose one-row steps it serves with no torch
+        # products per layer (``benchmarks/results/gguf_drafter.json``)
+        self.rowwise = self.exact or (quantize == "gguf" and self.glue is not None)
+        if self.rowwise:
+            self.keys_t = False
         if self.exact:
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
             if options.native:
@@ -440,11 +446,11 @@ class LeanGemma3(Forward):
         past = block.cache.get_seq_length()
         if block.parents is None:
             positions = torch.arange(past, past + n, device=x.device).unsqueeze(0)
-            masks = self._visible(past, n, None, None) if self.exact else self._masks(past, n, x.dtype, x.device)
+            masks = self._visible(past, n, None, None) if self.rowwise else self._masks(past, n, x.dtype, x.device)
         else:
             ancestors, depth = tree_ancestors(block.parents)
             positions = (past + depth).to(x.device).unsqueeze(0)
-            masks = (self._visible(past, n, ancestors, depth) if self.exact
+            masks = (self._visible(past, n, ancestors, depth) if self.rowwise
                      else self._tree_masks(past, ancestors, depth, x.dtype, x.device))  # fmt: skip
         rope = {kind: self.rotary(x[:, :n], positions, kind) for kind in set(self.layer_types)}
         return _Prepared(n, block.cache, masks, rope)
@@ -503,7 +509,7 @@ class LeanGemma3(Forward):
         """One block's attention on its cache, before the output product. ``mask``: the block's
         (lo, visible) of ``_visible`` on the exact path, else its additive mask (or None)."""
         n = q.shape[2]
-        if self.exact:
+        if self.rowwise:
             past = layer_cache.length
             layer_cache.append(k, v)
             lo, visible = mask
