@@ -22,10 +22,21 @@ from babelspec.router import BASELINE  # noqa: E402
 
 def text_overlaps(fig) -> list[tuple[str, str]]:
     """Pairs of visible texts (titles, labels, tick labels, legends' entries) whose boxes overlap
-    once the figure is drawn: what a reader could not read."""
+    once the figure is drawn: what a reader could not read. A tick label counts only where its
+    tick lies within its axis's view (matplotlib keeps labels of ticks outside it, undrawn)."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    texts = [t for t in fig.findobj(matplotlib.text.Text) if t.get_visible() and t.get_text().strip()]
+    ticks, shown = set(), []
+    for ax in fig.axes:
+        for axis, limits in ((ax.xaxis, ax.get_xlim()), (ax.yaxis, ax.get_ylim())):
+            lo, hi = sorted(limits)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                for label in (tick.label1, tick.label2):
+                    ticks.add(id(label))
+                    if lo <= tick.get_loc() <= hi and label.get_visible():
+                        shown.append(label)
+    texts = [t for t in fig.findobj(matplotlib.text.Text) if id(t) not in ticks] + shown
+    texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
     boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
     out = []
     for i, (a, box_a) in enumerate(boxes):
