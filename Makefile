@@ -85,7 +85,7 @@ test-extended: $(STAMP)
 
 # The engine's exactness and losslessness once more with the C glue off (BABELSPEC_NATIVE=0, read by tests/edge.py and the command line): the
 # torch operations and a bf16 cache, what runs where no compiler builds the glue; the bf16 grid and
-# the 9 languages' greedy equality included (about 4 minutes). .ci/run runs it.
+# the paper languages' greedy equality included, at 1, 2 and 3 threads (about 8 minutes). .ci/run runs it.
 test-glue-off: $(STAMP)
 	BABELSPEC_NATIVE=0 $(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile \
 		tests/test_engine_lossless.py tests/test_engine_greedy.py tests/test_engine_tree.py \
