@@ -35,6 +35,17 @@ BAD_INPUTS = [
     (["bench", "tree", "--langs", "amh", "--data-root", "nope"], "data root 'nope' is not a folder"),
     (["bench", "peers", "--langs", "xx"], "unknown language 'xx'"),
     (["--forward", "quick", "generate", "--prompt", "hi"], "'quick' is not a forward; use lean or hf"),
+    # generate's own values, each refused before a model loads
+    (["generate", "--prompt", "hi", "--max-new-tokens", "-3"], "--max-new-tokens must be >= 0"),
+    (["generate", "--prompt", "hi", "--top-p", "2"], "top_p must be in (0, 1]"),
+    (["generate", "--prompt", "hi", "--drafter", "bogus:3"], "unknown drafter spec 'bogus:3'"),
+    (["generate", "--prompt", "hi", "--dtype", "half"], "unknown dtype 'half'; choose one of auto, bfloat16, float32"),
+    (["generate", "--prompt", "hi", "--precision", "int4"], "unknown target precision 'int4'; use one of w8a8"),
+    (["generate", "--prompt", "hi", "--precision", "w8a8", "--dtype", "float32"],
+     "W8A8 quantizes a bfloat16 target; this one is torch.float32"),
+    (["generate", "--prompt", "hi", "--head", "fast"], "unknown output head 'fast'; use one of full, certified"),
+    (["generate", "--prompt", "hi", "--head", "certified", "--dtype", "float32"],
+     "load the target with dtype='bfloat16' or use head='full'"),
 ]
 
 

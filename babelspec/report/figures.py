@@ -214,6 +214,7 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
     if not rows:
         return None
     fig, ax = plt.subplots(layout="constrained", figsize=(6.0, 4.2))
+    named: set[tuple] = set()  # a language's label once per point: two drafters of one table coincide
     for name in sorted({d["drafter"] for d in rows}):
         pts = [(corpus[d["language"]]["train_chars"], d["tv_per_char"], d["language"])
                for d in rows if d["drafter"] == name]  # fmt: skip
@@ -223,6 +224,9 @@ def divergence_vs_resources(divergence: list[dict], corpus: dict, correlations: 
             label += f" (r = {cor['r']:.2f}, p = {cor['p']:.2g}, n = {int(cor['n'])})"
         sc = ax.scatter([p[0] for p in pts], [p[1] for p in pts], label=label)
         for x, y, lang in pts:
+            if (lang, x, round(y, 6)) in named:
+                continue
+            named.add((lang, x, round(y, 6)))
             ax.annotate(lang, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points",
                         color=sc.get_facecolor()[0][:3])  # fmt: skip
     ax.set_xscale("log")
