@@ -176,6 +176,20 @@ def test_the_default_model_runs_lean_with_hf_logits(real_models, dtype):
             assert all(torch.equal(*pair) for pair in _merged_and_apart(target.model, schedule))
 
 
+def test_the_exact_bf16_path_follows_float32_hugging_face_past_the_sliding_window(real_models):
+    """An independent reference past the 512-token window: after 516 tokens, every row of the
+    following blocks (a decode step, a verification of 6 cropped by 2, more steps) through the
+    exact path, with the glue and without, is as near Hugging Face's float32 logits as Hugging
+    Face's own bf16 forward is."""
+    long = [(516, 0), (1, 0), (6, 2), (1, 0), (4, 0)]
+    reference = [hf for hf, _ in _both(real_models["float32"].model, long, fuse=False)][1:]
+    for glue in (True, False):
+        pairs = _both(real_models["bfloat16"].model, long, glue=glue)[1:]  # the rows past 512
+        ours = _mean_tv([(ref, lean) for ref, (_, lean) in zip(reference, pairs)])
+        theirs = _mean_tv([(ref, hf) for ref, (hf, _) in zip(reference, pairs)])
+        assert ours < 1.25 * theirs + 0.01, (glue, ours, theirs)
+
+
 def test_bf16_weights_are_packed_once_and_multiply_as_f_linear_does():
     from babelspec.forward.kernels import Linear
 

@@ -89,7 +89,7 @@ class LeanGemma3(Forward):
                  options: ForwardOptions | None = None, quantize: str | None = None,
                  initial_capacity: int = 256, shared: list[_Layer] | None = None) -> None:  # fmt: skip
         self.options = options = options if options is not None else ForwardOptions()
-        pack, fuse, limit = options.pack, options.fuse, options.merge_max_tokens
+        fuse = options.fuse
         config = body.config
         self.body, self.logits_of = body, logits_of
         self.rotary = body.rotary_emb
@@ -121,32 +121,8 @@ class LeanGemma3(Forward):
         self._batch_rows: dict[tuple[int, int], int] = {}  # (limit, threads) -> rows
         self._exact_rows: dict[int, tuple[int, tuple[int, ...]]] = {}  # threads -> (small, chunks)
         self.quantize = quantize
-        self.layers = []
-        for layer, kind in zip(body.layers[: config.num_hidden_layers], self.layer_types):
-            attn, mlp = layer.self_attn, layer.mlp
-            if quantize == "gguf":  # a drafter on the target's own products over the file's blocks
-                src = shared[len(self.layers)]
-                self.layers.append(_Layer(qkv=src.qkv, o=src.o, gate_up=src.gate_up, down=src.down,
-                                          norms=src.norms, sliding=src.sliding))  # fmt: skip
-                self.layers[-1].qk_norm = src.qk_norm
-                continue
-            if quantize == "int8":
-                products = {name: Int8Linear(ws) for name, ws in _weights(layer).items()}
-                self.layers.append(_Layer(**products, norms=_layer_norms(layer, attn),
-                                          sliding=kind == "sliding_attention"))  # fmt: skip
-                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
-                continue
-            # fast-mode blocks compute a one-row product as two rows where one row alone rounds
-            # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
-            # the merges and this are what ``fuse`` turns off
-            self.layers.append(_Layer(
-                qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, fuse, limit),
-                o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
-                gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, fuse, limit),
-                down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
-                norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention"))  # fmt: skip
-            if self.layers[-1].qkv.fused:
-                self.layers[-1].qk_norm = _qk_norm(self.layers[-1].norms, self.heads, self.kv_heads)
+        self.layers = [self._layer(layer, kind, quantize, shared[i] if shared is not None else None)
+                       for i, (layer, kind) in enumerate(zip(body.layers[: config.num_hidden_layers], self.layer_types))]
         # bf16 on the CPU with the merges: the exact path (``exact``). Every block, of any length
         # (a decode step, a verification chain or tree, a prefill or its chunks, a batched slot),
         # runs the stacked products in pieces whose rows round as alone (``exact_rows``), the
@@ -171,6 +147,33 @@ class LeanGemma3(Forward):
                 self.glue = glue()
             if self.glue is not None:
                 self.cache_dtype = torch.float32  # read by the kernel without conversions
+
+    def _layer(self, layer: torch.nn.Module, kind: str, quantize: str | None, src: _Layer | None) -> _Layer:
+        """One decoder layer's products and norms: a gguf target's own (``src``, a drafter on its
+        blocks), int8 copies of the weights (a drafter), or the bf16 or float32 weights."""
+        attn, mlp = layer.self_attn, layer.mlp
+        pack, fuse, limit = self.options.pack, self.options.fuse, self.options.merge_max_tokens
+        if quantize == "gguf":  # a drafter on the target's own products over the file's blocks
+            out = _Layer(qkv=src.qkv, o=src.o, gate_up=src.gate_up, down=src.down, norms=src.norms, sliding=src.sliding)
+            out.qk_norm = src.qk_norm
+            return out
+        if quantize == "int8":
+            products = {name: Int8Linear(ws) for name, ws in _weights(layer).items()}
+            out = _Layer(**products, norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention")
+            out.qk_norm = _qk_norm(out.norms, self.heads, self.kv_heads)
+            return out
+        # fast-mode blocks compute a one-row product as two rows where one row alone rounds
+        # otherwise (``one_row_differs``): a decode step then rounds as a verification does;
+        # the merges and this are what ``fuse`` turns off
+        out = _Layer(
+            qkv=Linears([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight], pack, fuse, fuse, limit),
+            o=Linear(attn.o_proj.weight, pack, pad_row=fuse),
+            gate_up=Linears([mlp.gate_proj.weight, mlp.up_proj.weight], pack, fuse, fuse, limit),
+            down=Linear(mlp.down_proj.weight, pack, pad_row=fuse),
+            norms=_layer_norms(layer, attn), sliding=kind == "sliding_attention")  # fmt: skip
+        if out.qkv.fused:
+            out.qk_norm = _qk_norm(out.norms, self.heads, self.kv_heads)
+        return out
 
     def cache_like(self, layer: LeanLayerCache) -> LeanLayerCache:
         """A copy of another forward's cached layer (a self-drafter starts from the target's
