@@ -63,35 +63,25 @@ def _head(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
     return restricted_drafter(target, k=None, lang=lang, name=f"head:{lang}" if lang else "head")
 
 
-def _int8(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
-    """``int8:LANG`` (all layers) or ``int8:K@LANG``: weight-only int8 copies under the
-    restricted head of LANG (``int8`` / ``int8:K@`` take ``lang=...``)."""
-    from babelspec.drafters.selfdraft import num_layers, parse_layers
-    from babelspec.drafters.vocabhead import restricted_drafter
+def _quantized_head(kind: str) -> DrafterFactory:
+    """The factory of ``KIND:LANG`` (all layers) or ``KIND:K@LANG`` under the restricted head of
+    LANG (``KIND`` / ``KIND:K@`` take ``lang=...``): ``int8``, weight-only int8 copies of the
+    layers; ``gguf``, the layers on a gguf target's own products over the file's quantized blocks
+    (shared: no copy, the file's bytes a step)."""
 
-    layers, at, lang = arg.rpartition("@") if "@" in arg else ("", "", arg)
-    k = parse_layers(layers, target) if at else None
-    lang = lang or context.get("lang")
-    if k == num_layers(target.model):
-        k = None
-    name = f"int8:{layers}@{lang}" if k else f"int8:{lang}" if lang else "int8"
-    return restricted_drafter(target, k=k, lang=lang, name=name, quantize="int8")
+    def factory(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
+        from babelspec.drafters.selfdraft import num_layers, parse_layers
+        from babelspec.drafters.vocabhead import restricted_drafter
 
+        layers, at, lang = arg.rpartition("@") if "@" in arg else ("", "", arg)
+        k = parse_layers(layers, target) if at else None
+        lang = lang or context.get("lang")
+        if k == num_layers(target.model):
+            k = None
+        name = f"{kind}:{layers}@{lang}" if k else f"{kind}:{lang}" if lang else kind
+        return restricted_drafter(target, k=k, lang=lang, name=name, quantize=kind)
 
-def _gguf(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
-    """``gguf:LANG`` (all layers) or ``gguf:K@LANG``: the layers on a gguf target's own products
-    over the file's quantized blocks (shared: no copy, the file's bytes a step) under the
-    restricted head of LANG."""
-    from babelspec.drafters.selfdraft import num_layers, parse_layers
-    from babelspec.drafters.vocabhead import restricted_drafter
-
-    layers, at, lang = arg.rpartition("@") if "@" in arg else ("", "", arg)
-    k = parse_layers(layers, target) if at else None
-    lang = lang or context.get("lang")
-    if k == num_layers(target.model):
-        k = None
-    name = f"gguf:{layers}@{lang}" if k else f"gguf:{lang}" if lang else "gguf"
-    return restricted_drafter(target, k=k, lang=lang, name=name, quantize="gguf")
+    return factory
 
 
 def _adaptive(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
@@ -114,7 +104,7 @@ def _auto(arg: str, target: Target, context: dict[str, Any]) -> Drafter:
 
 _FACTORIES: dict[str, DrafterFactory] = {
     "none": _none, "model": _model, "ngram": _ngram, "self": _self, "head": _head,
-    "int8": _int8, "gguf": _gguf, "distilled": _distilled, "auto": _auto, "adaptive": _adaptive,
+    "int8": _quantized_head("int8"), "gguf": _quantized_head("gguf"), "distilled": _distilled, "auto": _auto, "adaptive": _adaptive,
 }  # fmt: skip
 
 
