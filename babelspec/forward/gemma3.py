@@ -140,9 +140,8 @@ class LeanGemma3(Forward):
         # products per layer (``benchmarks/results/gguf_drafter.json``)
         self.rowwise = self.exact or (quantize == "gguf" and self.glue is not None)
         if self.rowwise:
-            self.keys_t = False
-        if self.exact:
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
+        if self.exact:
             if options.native:
                 self.glue = glue()
             if self.glue is not None:
