@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batch_helpers import alone, batched
 from ngram_tiny import CORPUS, word_tokenizer
 from tiny import tiny_gemma3
 
@@ -42,48 +43,13 @@ def _jobs(path: str) -> list[tuple[str, SamplingConfig, int]]:
             (f"ngram:{path}", SamplingConfig(temperature=1.0, top_p=0.9, repetition_penalty=1.3, seed=7), 40)]
 
 
-def _run_batched(loop: EngineLoop, jobs, join_at: list[int] | None = None) -> list[list[int]]:
-    """Each job's tokens, generated on ``loop`` at once; with ``join_at``, job i > 0 is submitted
-    when job 0 has taken ``join_at[i]`` steps (so it joins sequences that are half done)."""
-    outs: list[list[int] | None] = [None] * len(jobs)
-    errors: list[BaseException] = []
-    steps = [0]
-
-    def task(i: int):
-        def body(index: int, slot: Target) -> None:
-            spec, sampling, n = jobs[i]
-            try:
-                on_block = None
-                if i == 0 and join_at:
-                    def on_block(ids: list[int]) -> None:
-                        steps[0] += 1
-                        for j in range(1, len(jobs)):
-                            if join_at[j] == steps[0]:
-                                loop.submit(task(j))
-
-                outs[i] = generate(slot, make_drafter(spec, slot), PROMPTS[i], gamma=3, max_new_tokens=n,
-                                   sampling=sampling, on_block=on_block).token_ids  # fmt: skip
-            except BaseException as err:  # noqa: BLE001 - reported below
-                errors.append(err)
-
-        return body
-
-    for i in range(1 if join_at else len(jobs)):
-        loop.submit(task(i))
-    loop.run(until_idle=True)
-    assert not errors, errors
-    return outs
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_each_batched_sequence_equals_itself_alone(dtype: torch.dtype, bigram: str) -> None:
     model = _model(dtype)
     jobs = _jobs(bigram)
-    alone_target = Target(model)
-    alone = [generate(alone_target, make_drafter(spec, alone_target), PROMPTS[i], gamma=3, max_new_tokens=n,
-                      sampling=sampling).token_ids for i, (spec, sampling, n) in enumerate(jobs)]
+    each = alone(Target(model), PROMPTS, jobs, gamma=3)
     shared = EngineLoop(Target(model), batch=len(jobs))
-    assert _run_batched(shared, jobs) == alone
+    assert batched(shared, PROMPTS, jobs, gamma=3) == each
     if shared.max_rows == 1:  # float32: MKL rounds a lone row (gemv) otherwise than a block's
         assert set(shared.stats.sizes) == {1}
         pytest.skip(f"{dtype}: no row-invariant batch on this CPU, so nothing was shared (checked: outputs equal)")
@@ -91,7 +57,7 @@ def test_each_batched_sequence_equals_itself_alone(dtype: torch.dtype, bigram: s
     assert max(shared.stats.sizes) >= 3
     # ... and sequences joining late (while others run) still equal themselves alone
     late = EngineLoop(Target(model), batch=len(jobs))
-    assert _run_batched(late, jobs, join_at=[0, 2, 5, 1]) == alone
+    assert batched(late, PROMPTS, jobs, gamma=3, join_at=[0, 2, 5, 1]) == each
     assert len(late.stats.sizes) >= 3  # forwards of 1 (job 0 alone), then of more as the others joined
 
 
@@ -99,7 +65,7 @@ def test_a_batch_holds_no_more_rows_than_allowed(bigram: str) -> None:
     model = _model(torch.bfloat16)
     shared = EngineLoop(Target(model), batch=3, max_rows=1)
     assert shared.max_rows == 1
-    _run_batched(shared, _jobs(bigram)[:3])
+    batched(shared, PROMPTS, _jobs(bigram)[:3], gamma=3)
     assert set(shared.stats.sizes) == {1}  # one block per forward: nothing shared
 
 
@@ -130,9 +96,9 @@ def test_a_shared_forward_gives_each_block_its_own_logits_and_cache_bit_for_bit(
     if lean.batch_rows(rows) < rows:
         pytest.skip(f"this CPU's bf16 products round rows otherwise in blocks of {rows}")
     alone_caches = [copy.deepcopy(c) for c in caches]
-    alone = [lean.forward(ids, cache, keep, parents) for (ids, keep, parents), cache in zip(blocks, alone_caches)]
+    apart = [lean.forward(ids, cache, keep, parents) for (ids, keep, parents), cache in zip(blocks, alone_caches)]
     shared = lean.forward_many([Block(ids, cache, keep, parents) for (ids, keep, parents), cache in zip(blocks, caches)])
-    for mine, theirs in zip(shared, alone):
+    for mine, theirs in zip(shared, apart):
         assert torch.equal(mine, theirs)
     for mine, theirs in zip(caches, alone_caches):
         assert mine.get_seq_length() == theirs.get_seq_length()
@@ -155,28 +121,15 @@ def test_batched_requests_on_the_default_model_equal_each_alone(tmp_path) -> Non
     train(monolingual("yor", "train"), target.tokenizer, CountConfig(order=2)).save(bigram)
     prompts = [target.tokenizer(p.text).input_ids for lang in ("yor", "npi", "amh", "yor")
                for p in get_task("translation").prompts(lang, target.tokenizer, 1)][:4]  # fmt: skip
-    jobs = [(f"ngram:{bigram}", SamplingConfig.paper(seed=1, greedy=True)),
-            (f"ngram:{bigram}", SamplingConfig.paper(seed=2)),
-            ("self:6", SamplingConfig.paper(seed=3)),
-            ("none", SamplingConfig.paper(seed=4))]
-    alone = [generate(target, make_drafter(spec, target), prompts[i], gamma=4, max_new_tokens=24,
-                      sampling=sampling).token_ids for i, (spec, sampling) in enumerate(jobs)]  # fmt: skip
+    jobs = [(f"ngram:{bigram}", SamplingConfig.paper(seed=1, greedy=True), 24),
+            (f"ngram:{bigram}", SamplingConfig.paper(seed=2), 24),
+            ("self:6", SamplingConfig.paper(seed=3), 24),
+            ("none", SamplingConfig.paper(seed=4), 24)]
+    each = alone(target, prompts, jobs, gamma=4)
     loop = EngineLoop(target, batch=len(jobs))
     if loop.max_rows < 2:
         pytest.skip(f"{target.model.dtype}: no row-invariant batch on this CPU")
-    outs: list = [None] * len(jobs)
-
-    def task(i: int):
-        def body(index: int, slot: Target) -> None:
-            outs[i] = generate(slot, make_drafter(jobs[i][0], slot), prompts[i], gamma=4, max_new_tokens=24,
-                               sampling=jobs[i][1]).token_ids  # fmt: skip
-
-        return body
-
-    for i in range(len(jobs)):
-        loop.submit(task(i))
-    loop.run(until_idle=True)
-    assert outs == alone
+    assert batched(loop, prompts, jobs, gamma=4) == each
     assert loop.stats.blocks > loop.stats.forwards
     assert max(loop.stats.sizes) == len(jobs)  # every running sequence in one forward
 

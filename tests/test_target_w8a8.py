@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batch_helpers import alone, batched
 from stats import LeanModel, chi_square_pvalue, exact_pair_distribution, sampled_pairs
 from tiny import ScriptedDrafter, tiny_gemma3, tiny_qwen3
 
@@ -188,22 +189,10 @@ def _batched_requests_equal_each_alone(target: Target, bigram) -> None:
 
     texts = ["Ẹ kú àárọ̀, báwo ni", "The weather is nice today and", "እያንዳንዱ ሰው የዘር የቀለም"]
     prompts = [target.tokenizer(t).input_ids for t in texts]
-    jobs = [(f"ngram:{bigram}", SamplingConfig(greedy=True)), ("none", SamplingConfig(greedy=True)),
-            ("none", SamplingConfig.paper(seed=5))]  # fmt: skip
-    alone = [generate(target, make_drafter(spec, target), prompts[i], gamma=4, max_new_tokens=16,
-                      sampling=sampling).token_ids for i, (spec, sampling) in enumerate(jobs)]  # fmt: skip
+    jobs = [(f"ngram:{bigram}", SamplingConfig(greedy=True), 16), ("none", SamplingConfig(greedy=True), 16),
+            ("none", SamplingConfig.paper(seed=5), 16)]  # fmt: skip
+    each = alone(target, prompts, jobs, gamma=4)
     loop = EngineLoop(target, batch=len(jobs))
     assert loop.max_rows >= 2  # the W8A8 products are row-invariant: a batch shares them
-    outs: list = [None] * len(jobs)
-
-    def task(i: int):
-        def body(index: int, slot: Target) -> None:
-            outs[i] = generate(slot, make_drafter(jobs[i][0], slot), prompts[i], gamma=4, max_new_tokens=16,
-                               sampling=jobs[i][1]).token_ids  # fmt: skip
-
-        return body
-
-    for i in range(len(jobs)):
-        loop.submit(task(i))
-    loop.run(until_idle=True)
-    assert outs == alone and max(loop.stats.sizes) == len(jobs)
+    assert batched(loop, prompts, jobs, gamma=4) == each
+    assert max(loop.stats.sizes) == len(jobs)
