@@ -104,7 +104,7 @@ def report_blocks(a: dict[str, Any]) -> list[Block]:
 
 
 def _lowest_held_out(h: dict[str, Any]) -> str:
-    """``; lowest held out: npi (translation) 1.06x [..]`` where it is another language than the
+    """``; lowest held out npi (translation) 1.06x [..]`` where it is another language than the
     worst ranked on the choosing prompts (empty in older analyses, which lack it)."""
     if "lowest_language" not in h or (h["lowest_language"], h["lowest_task"]) == (h["worst_language"], h["worst_task"]):
         return ""

@@ -33,7 +33,7 @@ def text_overlaps(fig) -> list[tuple[str, str]]:
             for tick in axis.get_major_ticks() + axis.get_minor_ticks():
                 for label in (tick.label1, tick.label2):
                     ticks.add(id(label))
-                    if lo <= tick.get_loc() <= hi and label.get_visible():
+                    if lo <= tick.get_loc() <= hi:
                         shown.append(label)
     texts = [t for t in fig.findobj(matplotlib.text.Text) if id(t) not in ticks] + shown
     texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
