@@ -6,9 +6,11 @@
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 typedef uint16_t bf16;
 
@@ -28,18 +30,32 @@ static inline bf16 to_bf(float f) {
 }
 
 /* 1 / sqrt(mean(x^2) + eps), the squares summed in double (torch sums float32 in its own
- * order; a double sum is nearer the exact one than either float32 order) */
+ * order; a double sum is nearer the exact one than either float32 order): four sums, of the
+ * elements i = 0, 1, 2, 3 mod 4, added in that order at the end, so the adds overlap */
 static inline float inv_rms(const bf16 *x, long n, float eps) {
-    double sum = 0.0;
-    for (long i = 0; i < n; i++) {
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    long i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int l = 0; l < 4; l++) {
+            float v = to_f(x[i + l]);
+            sum[l] += (double)(v * v);
+        }
+    for (int l = 0; i < n; i++, l++) {
         float v = to_f(x[i]);
-        sum += (double)(v * v);
+        sum[l] += (double)(v * v);
     }
-    return 1.0f / sqrtf((float)(sum / (double)n) + eps);
+    double total = ((sum[0] + sum[1]) + sum[2]) + sum[3];
+    return 1.0f / sqrtf((float)(total / (double)n) + eps);
 }
+
+/* Rows of a block are shared among torch's threads (the OpenMP runtime torch loaded, so its
+ * threads, not new ones) where a block has at least this many; each row's arithmetic is the
+ * same on any thread. */
+#define GLUE_THREAD_ROWS 2
 
 /* out = bf16(x * rsqrt(mean(x^2) + eps) * scale): Gemma-3's RMSNorm, scale = 1 + weight. */
 void bs_rms(long rows, long n, const bf16 *x, long stride, const float *scale, float eps, bf16 *out) {
+#pragma omp parallel for schedule(static) if (rows >= GLUE_THREAD_ROWS)
     for (long r = 0; r < rows; r++) {
         const bf16 *xr = x + r * stride;
         bf16 *o = out + r * n;
@@ -52,6 +68,7 @@ void bs_rms(long rows, long n, const bf16 *x, long stride, const float *scale, f
  * y = rms(x) * scale2 (the next sublayer's input norm). */
 void bs_add_rms(long rows, long n, const bf16 *residual, const bf16 *h, const float *scale1, float eps1,
                 const float *scale2, float eps2, bf16 *x_out, bf16 *y_out) {
+#pragma omp parallel for schedule(static) if (rows >= GLUE_THREAD_ROWS)
     for (long r = 0; r < rows; r++) {
         const bf16 *res = residual + r * n, *hr = h + r * n;
         bf16 *xo = x_out + r * n, *yo = y_out + r * n;
@@ -69,9 +86,10 @@ void bs_add_rms(long rows, long n, const bf16 *residual, const bf16 *h, const fl
 void bs_qk_rope(long rows, long heads, long dim, const bf16 *qkv, long stride, const float *scale, float eps,
                 const bf16 *cos, const bf16 *sin, bf16 *out) {
     long half = dim / 2;
-    bf16 t[1024];
     if (dim > 1024) return;
+#pragma omp parallel for schedule(static) if (rows >= GLUE_THREAD_ROWS)
     for (long r = 0; r < rows; r++) {
+        bf16 t[1024];
         const bf16 *c = cos + r * dim, *s = sin + r * dim;
         for (long h = 0; h < heads; h++) {
             const bf16 *x = qkv + r * stride + h * dim;
@@ -195,7 +213,7 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
 }
 
 #define DOT_LANES 16
-#define ATTEND_THREAD_ROWS 32 /* blocks of at least this many rows (prefills) share them among threads */
+#define ATTEND_THREAD_ROWS 2 /* blocks of at least this many rows share them among threads */
 
 /* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
  * one for the CPU once: every call in a process runs the same instructions, so a row's bits do
@@ -368,9 +386,20 @@ done:
     free(qf), free(scores), free(idx);
 }
 
-static void *attend_thread(void *job) {
-    attend_rows((attend_job *)job);
-    return NULL;
+/* jobs[0..threads) on torch's OpenMP threads, one each; where fewer are granted, in turn on one */
+static void run_attend(attend_job *jobs, long threads) {
+#if defined(_OPENMP)
+    if (threads > 1) {
+#pragma omp parallel num_threads(threads)
+        {
+            if (omp_get_num_threads() == threads) attend_rows(&jobs[omp_get_thread_num()]);
+            else if (omp_get_thread_num() == 0)
+                for (long t = 0; t < threads; t++) attend_rows(&jobs[t]);
+        }
+        return;
+    }
+#endif
+    for (long t = 0; t < threads; t++) attend_rows(&jobs[t]);
 }
 
 /* Attention of a block's n query rows over a float32 cache of bf16 keys and values, each row with a decode step's
@@ -385,8 +414,8 @@ static void *attend_thread(void *job) {
  * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
  * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
  * float32, exp(s - max) by expf, summed in key order; the output is sum_p e_p v_p in key order,
- * times 1 / sum. The rows of a block of 32 or more are shared among ``threads`` threads. Returns 0, or -1 when
- * memory or a thread could not be had. */
+ * times 1 / sum. The rows of a block of 2 or more are shared among ``threads`` threads (torch's OpenMP
+ * ones). Returns 0, or -1 when memory could not be had. */
 int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const float *keys, const float *values,
               long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
               long threads) {
@@ -396,19 +425,13 @@ int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const
     if (threads > 64) threads = 64;
     if (threads < 1) threads = 1;
     attend_job jobs[64];
-    pthread_t ids[64];
     int failed = 0;
     for (long kv = 0; kv < kv_heads; kv++) {
         for (long t = 0; t < threads; t++) {
             jobs[t] = (attend_job){n, groups, dim, past, past + n, q, keys + kv * cap * dim, values + kv * cap * dim,
                                    lo, mask, scaling, out, kv_heads * groups, kv, t, threads, 0};
         }
-        long started = 1;
-        for (; started < threads; started++)
-            if (pthread_create(&ids[started], NULL, attend_thread, &jobs[started]) != 0) break;
-        for (long t = started; t < threads; t++) attend_rows(&jobs[t]); /* threads not had: here */
-        attend_rows(&jobs[0]);
-        for (long t = 1; t < started; t++) pthread_join(ids[t], NULL);
+        run_attend(jobs, threads);
         for (long t = 0; t < threads; t++) failed |= jobs[t].failed;
     }
     return failed ? -1 : 0;

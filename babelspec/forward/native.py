@@ -46,7 +46,7 @@ SIGNATURES = {  # name -> (argument types, result type)
 }
 
 
-FLAGS = ("-O3", "-shared", "-fPIC")
+FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp")  # -fopenmp: blocks share rows among torch's threads
 
 
 def _compiler() -> tuple[str, str]:

@@ -24,7 +24,7 @@
 typedef uint16_t bf16;
 typedef int32_t quad __attribute__((may_alias, aligned(1))); /* 4 int8 activations read as one */
 #define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
-#define ROW_TILE 12 /* rows whose sums stay in registers (PANEL_TILES names 1..11); more re-read the panel from cache */
+#define ROW_TILE 8 /* rows per pass over a panel (PANEL_TILES names 1..7); more re-read the panel from cache */
 #define MAX_PARTS 4
 #define MAX_THREADS 64
 
@@ -64,6 +64,8 @@ typedef struct {
     const int8_t *q;
     const float *d;
     const int32_t *sums;
+    const int32_t *zsums; /* [m][k/g]: -zero * sums for the weight at hand (each part its own) */
+    const float *fsums;   /* [m][k/g]: the sums as floats */
 } qrows;
 
 static void quantize_rows(long m, long k, long g, const bf16 *x, long stride, int8_t *q, float *d, int32_t *sums) {
@@ -171,10 +173,6 @@ static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, 
         case 5: tile(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;                               \
         case 6: tile(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;                               \
         case 7: tile(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;                               \
-        case 8: tile(w, a, p, r0, 8, bits, out, out_stride, out_f32); break;                               \
-        case 9: tile(w, a, p, r0, 9, bits, out, out_stride, out_f32); break;                               \
-        case 10: tile(w, a, p, r0, 10, bits, out, out_stride, out_f32); break;                             \
-        case 11: tile(w, a, p, r0, 11, bits, out, out_stride, out_f32); break;                             \
         default: break;                                                                                     \
         }                                                                                                   \
     }
@@ -253,33 +251,32 @@ static AVX512 void codes_512(const qweight *w, long p, long j, const int bits, _
     }
 }
 
-/* rt rows (a compile-time constant after inlining) of one panel; rows r0..r0+rt */
+/* rt rows (a compile-time constant after inlining, as are bits, the group g and whether the weight
+ * has offsets) of one panel; rows r0..r0+rt. A group's codes stay in registers while each row's
+ * dot products (two chains, summed: integers) and its float steps run. */
 static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, const int rt, const int bits,
-                            void *out, long out_stride, int out_f32) {
-    long groups = w->k / w->g, quads = w->g / 4;
+                            const int g, const int offs, void *out, long out_stride, int out_f32) {
+    const long groups = w->k / g;
+    const int quads = g / 4;
     __m512 acc[ROW_TILE];
     for (int r = 0; r < rt; r++) acc[r] = _mm512_setzero_ps();
     for (long b = 0; b < groups; b++) {
-        __m512i isum[ROW_TILE];
-        for (int r = 0; r < rt; r++) isum[r] = _mm512_setzero_si512();
-        for (long j = 0; j < quads; j += 2) {
-            __m512i w0, w1;
-            codes_512(w, p, b * quads + j, bits, &w0, &w1);
-            for (int r = 0; r < rt; r++) { /* each row's 4 + 4 activations broadcast from memory */
-                const quad *four = (const quad *)(a->q + (r0 + r) * w->k + b * w->g + j * 4);
-                isum[r] = _mm512_dpbusd_epi32(isum[r], w0, _mm512_set1_epi32(four[0]));
-                isum[r] = _mm512_dpbusd_epi32(isum[r], w1, _mm512_set1_epi32(four[1]));
-            }
-        }
+        __m512i code[8];
+        for (int j = 0; j < quads; j += 2) codes_512(w, p, b * quads + j, bits, &code[j], &code[j + 1]);
         long at = (p * groups + b) * PANEL;
         __m512 s = scales16_512(w, at);
-        __m512 o = w->offsets ? _mm512_loadu_ps(w->offsets + at) : _mm512_setzero_ps();
+        __m512 o = offs ? _mm512_loadu_ps(w->offsets + at) : _mm512_setzero_ps();
         for (int r = 0; r < rt; r++) {
             long ai = (r0 + r) * groups + b;
+            const quad *four = (const quad *)(a->q + (r0 + r) * w->k + b * g);
+            __m512i even = _mm512_set1_epi32(a->zsums[ai]), odd = _mm512_setzero_si512();
+            for (int j = 0; j < quads; j += 2) {
+                even = _mm512_dpbusd_epi32(even, code[j], _mm512_set1_epi32(four[j]));
+                odd = _mm512_dpbusd_epi32(odd, code[j + 1], _mm512_set1_epi32(four[j + 1]));
+            }
             __m512 d = _mm512_set1_ps(a->d[ai]);
-            __m512i i = _mm512_sub_epi32(isum[r], _mm512_set1_epi32((int32_t)w->zero * a->sums[ai]));
-            __m512 v = _mm512_mul_ps(_mm512_mul_ps(s, d), _mm512_cvtepi32_ps(i));
-            if (w->offsets) v = _mm512_sub_ps(v, _mm512_mul_ps(_mm512_mul_ps(o, d), _mm512_set1_ps((float)a->sums[ai])));
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(s, d), _mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)));
+            if (offs) v = _mm512_sub_ps(v, _mm512_mul_ps(_mm512_mul_ps(o, d), _mm512_set1_ps(a->fsums[ai])));
             acc[r] = _mm512_add_ps(acc[r], v);
         }
     }
@@ -290,16 +287,29 @@ static AVX512 void tile_512(const qweight *w, const qrows *a, long p, long r0, c
     }
 }
 
-static AVX512 void panels_512_bits(const qweight *w, const qrows *a, long p0, long p1, const int bits, void *out,
-                                   long out_stride, int out_f32) {
-    PANEL_TILES(tile_512)
+#define TILE_512(w, a, p, r0, rt, bits, out, out_stride, out_f32) tile_512(w, a, p, r0, rt, bits, g, offs, out, out_stride, out_f32)
+
+static AVX512 void panels_512_kind(const qweight *w, const qrows *a, long p0, long p1, const int bits, const int g,
+                                   const int offs, void *out, long out_stride, int out_f32) {
+    PANEL_TILES(TILE_512)
 }
 
 static AVX512_ENTRY void panels_512(const qweight *w, const qrows *a, long p0, long p1, void *out, long out_stride,
                                      int out_f32) {
-    if (w->bits == 8) panels_512_bits(w, a, p0, p1, 8, out, out_stride, out_f32);
-    else if (w->bits == 5) panels_512_bits(w, a, p0, p1, 5, out, out_stride, out_f32);
-    else panels_512_bits(w, a, p0, p1, 4, out, out_stride, out_f32);
+    int offs = w->offsets != NULL;
+    if (w->bits == 8 && w->g == 16) {
+        if (offs) panels_512_kind(w, a, p0, p1, 8, 16, 1, out, out_stride, out_f32);
+        else panels_512_kind(w, a, p0, p1, 8, 16, 0, out, out_stride, out_f32);
+    } else if (w->bits == 8) {
+        if (offs) panels_512_kind(w, a, p0, p1, 8, 32, 1, out, out_stride, out_f32);
+        else panels_512_kind(w, a, p0, p1, 8, 32, 0, out, out_stride, out_f32);
+    } else if (w->bits == 5) {
+        if (offs) panels_512_kind(w, a, p0, p1, 5, 32, 1, out, out_stride, out_f32);
+        else panels_512_kind(w, a, p0, p1, 5, 32, 0, out, out_stride, out_f32);
+    } else {
+        if (offs) panels_512_kind(w, a, p0, p1, 4, 32, 1, out, out_stride, out_f32);
+        else panels_512_kind(w, a, p0, p1, 4, 32, 0, out, out_stride, out_f32);
+    }
 }
 
 /* AVX2: a panel's 16 columns as two halves of 8. The codes widen to int16 (u8 codes times s8
@@ -514,7 +524,7 @@ int bs_qmm(const void *handle, long m, const bf16 *x, long stride, void *out, lo
     if (isa < 0) isa = best;
     if (isa > best || m < 1) return -1;
     long k = product->k, nparts = product->nparts;
-    long need = (m * k + 2 * m * (k / 16) * 4) * (product->groups16 ? 2 : 1) + 64;
+    long need = (m * k + 3 * m * (k / 16) * 4) * (product->groups16 ? 2 : 1) + nparts * m * (k / 16) * 4 + 64;
     if (need > scratch_bytes) {
         char *grown = realloc(scratch, need);
         if (!grown) return -1;
@@ -523,6 +533,7 @@ int bs_qmm(const void *handle, long m, const bf16 *x, long stride, void *out, lo
     job_t job;
     job.nparts = nparts, job.out = out, job.out_stride = out_stride, job.out_f32 = out_f32, job.isa = isa;
     qrows rows[2]; /* per group of 32, and of 16 where a part needs it */
+    qrows part_rows[MAX_PARTS];
     char *s = scratch;
     for (int which = 0; which < 2; which++) {
         long gs = which == 0 ? 32 : 16;
@@ -540,12 +551,21 @@ int bs_qmm(const void *handle, long m, const bf16 *x, long stride, void *out, lo
         else
 #endif
             quantize_rows(m, k, gs, x, stride, q, d, sums);
-        rows[which] = (qrows){m, k, gs, q, d, sums};
+        float *fsums = (float *)s;
+        s += m * (k / gs) * 4;
+        for (long c = 0; c < m * (k / gs); c++) fsums[c] = (float)sums[c];
+        rows[which] = (qrows){m, k, gs, q, d, sums, NULL, fsums};
     }
     job.first_panel[0] = 0;
     for (long i = 0; i < nparts; i++) {
         job.parts[i] = product->parts[i];
-        job.rows[i] = &rows[product->parts[i].g == 32 ? 0 : 1];
+        part_rows[i] = rows[product->parts[i].g == 32 ? 0 : 1];
+        long cells = m * (k / part_rows[i].g);
+        int32_t *z = (int32_t *)s;
+        s += cells * 4;
+        for (long c = 0; c < cells; c++) z[c] = -(int32_t)product->parts[i].zero * part_rows[i].sums[c];
+        part_rows[i].zsums = z;
+        job.rows[i] = &part_rows[i];
         job.first_panel[i + 1] = job.first_panel[i] + product->parts[i].n / PANEL;
     }
     if (threads < 1) threads = 1;
