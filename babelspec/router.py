@@ -16,6 +16,7 @@ from babelspec.errors import UserError
 from babelspec.fileio import write_text_atomic
 
 BASELINE = "none"  # the setting name (and drafter spec) of plain decoding
+LLAMA_CPP = "llama.cpp"  # the setting name of llama.cpp's plain decoding of the same GGUF (a study's second baseline)
 
 ROUTER_VERSION = 1
 ANY_TASK = "*"  # the per-language route, used when the task is not known

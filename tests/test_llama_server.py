@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from serve_helpers import post
 
-from babelspec.bench.llamacpp import gguf_for
 from babelspec.bench.processes import serving
 from babelspec.models import DEFAULT_TARGET, load_tokenizer
+from babelspec.models.llamacpp import gguf_for
 from babelspec.ngram import CountConfig, train
 from babelspec.ngram.llamacpp import export_llamacpp
 

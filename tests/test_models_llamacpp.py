@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from babelspec.bench.llamacpp import LlamaCppUnavailable, gguf_for, open_llama_cpp
 from babelspec.models import DEFAULT_TARGET, load_tokenizer
+from babelspec.models.llamacpp import LlamaCppUnavailable, gguf_for, open_llama_cpp
 
 pytestmark = pytest.mark.peers
 pytest.importorskip("llama_cpp", reason="the llamacpp extra (make test-peers installs it)")

@@ -133,11 +133,11 @@ def bench_llama_server(langs: list[str], *, target: str = "gemma-3-270m", server
                        babelspec_args: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
     """Per language, slots, mode and method: tokens/s, drafted and accepted tokens, and the ratio
     to llama-server plain (and, for babelspec's server, to its own plain decoding)."""
-    from babelspec.bench.llamacpp import gguf_for
     from babelspec.bench.peers import benchmark_prompts
     from babelspec.bench.tree import real_ngram, real_root
     from babelspec.machine import cpu_model
     from babelspec.models import load_tokenizer
+    from babelspec.models.llamacpp import gguf_for
     from babelspec.ngram.llamacpp import export_llamacpp
 
     binary = Path(server) if server else default_server()

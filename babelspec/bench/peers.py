@@ -346,7 +346,7 @@ def _open_llama_cpp(cfg: PeersConfig) -> tuple[dict[str, Any], str]:
     llama: dict[str, Any] = {}
     if not cfg.llama_cpp:
         return llama, "not requested"
-    from babelspec.bench.llamacpp import LlamaCppUnavailable, open_llama_cpp
+    from babelspec.models.llamacpp import LlamaCppUnavailable, open_llama_cpp
 
     try:
         llama[LLAMA_CPP] = open_llama_cpp(cfg.target, threads=torch.get_num_threads())
@@ -366,7 +366,7 @@ def _precision_agreement(cfg: PeersConfig, target: Any, prompts: list[PromptItem
 
     others: dict[str, Any] = {f"babelspec {cfg.precision}": target}
     if with_llama_cpp:  # the peer's own execution of the same GGUF, as a yardstick
-        from babelspec.bench.llamacpp import open_llama_cpp
+        from babelspec.models.llamacpp import open_llama_cpp
 
         n_ctx = max(len(p.ids) for p in prompts) + cfg.max_new_tokens + 16  # every row's logits are kept
         others[LLAMA_CPP] = open_llama_cpp(cfg.target, torch.get_num_threads(), n_ctx, logits_all=True)

@@ -30,10 +30,10 @@ def user_errors() -> tuple[type[BaseException], ...]:
     corpora (``FileNotFoundError``: ``DataNotFoundError``), paths that cannot be written where
     given (a file where a run's folder goes, a folder where a file goes, no permission), and what a run or bench cannot start
     (a Ray cluster, a data build, a peer engine)."""
-    from babelspec.bench.llamacpp import LlamaCppUnavailable
     from babelspec.data.build import BuildError
     from babelspec.experiments.executors import ExecutorError
     from babelspec.experiments.prepare import DrafterUnavailable
+    from babelspec.models.llamacpp import LlamaCppUnavailable
 
     return (UserError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError,
             ExecutorError, BuildError, DrafterUnavailable, LlamaCppUnavailable)  # fmt: skip

@@ -161,8 +161,35 @@ def language_rows(analysis: dict[str, Any], train_tokens: dict[str, float], web:
             "train_tokens": train_tokens.get(lang.code, math.nan),
             "web_tokens": web.get(lang.flores, math.nan) if lang.flores else math.nan,
             "tokens_per_char": fertility.get(lang.code, math.nan),
+            **{key: row.get(key, math.nan) for key in LLAMA_CPP_KEYS},
         })  # fmt: skip
     return rows
+
+
+# a row's numbers against llama.cpp's plain decoding (a run with llama_cpp = true; NaN otherwise)
+LLAMA_CPP_KEYS = ("vs_llama_cpp", "vs_llama_cpp_low", "vs_llama_cpp_high", "plain_vs_llama_cpp",
+                  "plain_vs_llama_cpp_low", "plain_vs_llama_cpp_high")
+
+
+def against_llama_cpp(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The distribution over languages of the chosen settings' decode rate over llama.cpp's plain
+    decoding (held out), and of babelspec's plain decoding's; None where no row has one."""
+    measured = [r for r in rows if _finite(r.get("vs_llama_cpp", math.nan))]
+    if not measured:
+        return None
+    vs = np.array([r["vs_llama_cpp"] for r in measured], float)
+    plain = [r["plain_vs_llama_cpp"] for r in measured if _finite(r.get("plain_vs_llama_cpp", math.nan))]
+    order = sorted(measured, key=lambda r: r["vs_llama_cpp"])
+    return {
+        "languages": len(measured), "median": float(np.median(vs)), "p5": float(np.percentile(vs, 5)),
+        "lowest": float(vs.min()), "below_one": int(np.sum(vs < 1.0)),
+        "wholly_below_one": int(sum(_finite(r.get("vs_llama_cpp_high", math.nan)) and r["vs_llama_cpp_high"] < 1.0
+                                    for r in measured)),
+        "plain_median": float(np.median(plain)) if plain else math.nan,
+        "least": [{key: r.get(key) for key in ("language", "name", "drafter", "gamma", "vs_llama_cpp",
+                                               "vs_llama_cpp_low", "vs_llama_cpp_high", "alpha", "tokens_per_char")}
+                  for r in order[:5]],
+    }  # fmt: skip
 
 
 ROUTER_FLOOR = 0.97  # a routed language below this held out counts as left slower (not noise around 1.0)
@@ -224,6 +251,7 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0, router_rule: str = "
                    "lowest": float(np.nanmin(router)) if rows else math.nan,
                    "below_floor": int(np.sum(router < ROUTER_FLOOR)), "floor": ROUTER_FLOOR,
                    "languages": len(rows), "rule": router_rule},
+        "llama_cpp": against_llama_cpp(rows),
     }  # fmt: skip
 
 

@@ -434,6 +434,60 @@ class LanguageSummary:
     seconds_per_char_best: float
     selection_speedup: float = math.nan  # the same setting on the prompts that chose it
     speedup_in_sample: float = math.nan  # max over settings of the all-prompt medians (biased up)
+    # llama.cpp's plain decoding of the same GGUF as the baseline (``llama_cpp = true``), held out:
+    # the chosen setting's decode rate over llama.cpp's, and babelspec's plain decoding's
+    vs_llama_cpp: float = math.nan
+    vs_llama_cpp_low: float = math.nan
+    vs_llama_cpp_high: float = math.nan
+    plain_vs_llama_cpp: float = math.nan
+    plain_vs_llama_cpp_low: float = math.nan
+    plain_vs_llama_cpp_high: float = math.nan
+    n_llama_cpp_pairs: int = 0
+
+
+def _rate(r: ExampleRecord, first_free: bool = False) -> float | None:
+    """Decoded tokens per second after the prefill; ``first_free``: llama.cpp's records, whose
+    prefill ends with the first token (so it is not counted)."""
+    tokens = r.n_tokens - (1 if first_free else 0)
+    return tokens / r.decode_seconds if tokens > 0 and r.decode_seconds > 0 else None
+
+
+def llama_cpp_ratios(records: list[ExampleRecord], llama: list[ExampleRecord],
+                     cell: CellKey) -> dict[int, list[float]]:  # fmt: skip
+    """Per prompt index: the decode rate of ``cell``'s generations over llama.cpp's plain
+    decoding of the same (prompt, seed) on the same kind of machine."""
+    lang, task, drafter, gamma = cell
+    theirs = {(r.prompt_index, r.seed, machine_kind(r.machine)): _rate(r, first_free=True)
+              for r in llama if (r.language, r.task) == (lang, task)}  # fmt: skip
+    out: dict[int, list[float]] = defaultdict(list)
+    for r in records:
+        if (r.language, r.task, r.drafter, r.gamma) != cell:
+            continue
+        mine, base = _rate(r), theirs.get((r.prompt_index, r.seed, machine_kind(r.machine)))
+        if mine is not None and base is not None:
+            out[r.prompt_index].append(mine / base)
+    return out
+
+
+def against_llama_cpp(rows: list[LanguageSummary], records: list[ExampleRecord], llama: list[ExampleRecord]) -> None:
+    """Fill each row's ``vs_llama_cpp`` (its chosen setting) and ``plain_vs_llama_cpp`` fields
+    from the held-out prompts: medians over (prompt, seed) pairs with BCa 95% intervals (prompts
+    resampled); left NaN where llama.cpp decoded none of the row's prompts."""
+    measure = held_out_split(records)[1]
+    held_llama = held_out_split(llama)[1]
+    for row in rows:
+        for prefix, cell in (("", (row.language, row.task, row.drafter, row.gamma)),
+                             ("plain_", (row.language, row.task, BASELINE, 0))):  # fmt: skip
+            by_prompt = llama_cpp_ratios(measure, held_llama, cell)
+            values = [v for vs in by_prompt.values() for v in vs]
+            if not values:
+                continue
+            low, high = median_interval(by_prompt, seed=cell_seed((*cell[:3], -1)))
+            setattr(row, f"{prefix}vs_llama_cpp", float(np.median(values)))
+            setattr(row, f"{prefix}vs_llama_cpp_low", low)
+            setattr(row, f"{prefix}vs_llama_cpp_high", high)
+            if not prefix:
+                row.n_llama_cpp_pairs = len(values)
 
 
 def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:

@@ -20,7 +20,7 @@ from babelspec.experiments.route_choice import build_router, ensemble_estimates
 from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import machines_summary
-from babelspec.router import Route, Router
+from babelspec.router import LLAMA_CPP, Route, Router
 
 
 def open_store(run_dir: str | Path) -> Store:
@@ -69,8 +69,26 @@ def _provenance(config: dict) -> dict[str, Any]:
     return provenance(config)
 
 
+def llama_cpp_status(store: Store, llama: list) -> dict[str, Any]:
+    """Whether the run measured llama.cpp's plain decoding as a second baseline, and if not why."""
+    if llama:
+        return {"measured": True, "generations": len(llama), "description": _llama_description(llama)}
+    asked = store.meta().get("config", {}).get("llama_cpp", False)
+    reasons = sorted({reason for drafter, _, reason in store.skips() if drafter == LLAMA_CPP})
+    why = ("; ".join(reasons) if reasons else "no held-out prompt was decoded by llama.cpp") if asked else \
+        "the run did not ask for it (llama_cpp = false in its config)"
+    return {"measured": False, "generations": 0, "why": why}
+
+
+def _llama_description(llama: list) -> str:
+    return "; ".join(sorted({r.versions.get("llama_cpp", "") for r in llama} - {""})) or "llama-cpp-python"
+
+
 def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, Any]:
-    records = store.records()
+    everything = store.records()
+    # llama.cpp's plain decoding is a baseline beside plain decoding, never a setting to choose
+    llama = [r for r in everything if r.drafter == LLAMA_CPP]
+    records = [r for r in everything if r.drafter != LLAMA_CPP]
     stats = agg.setting_stats(records)
     meta = store.meta()
     specs = {tuple(k.split("|", 1)): v for k, v in meta.get("specs", {}).items()}
@@ -82,6 +100,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
     rule = meta.get("config", {}).get("router", {}).get("rule", "interval")  # the run's [router] rule
     router = build_router(records, specs, target=target, rule=rule)
     languages_rows = agg.language_summary(records)
+    agg.against_llama_cpp(languages_rows, records, llama)
     best = agg.held_out_best(records)
     routed = [r for r in router.routes if r.task != "*"]
     mean, low, high = agg.mean_speedup_interval(
@@ -110,6 +129,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
         # γ per language, task and drafter chosen on the choosing prompts, numbers held out
         "best": [s.to_dict() for s in best],
         "languages": [asdict(x) for x in languages_rows],
+        "llama_cpp": llama_cpp_status(store, llama),
         "headline": agg.headline(records, languages_rows),
         "drafter_means": agg.drafter_means(best),
         # the paper's comparison: γ chosen on the choosing prompts, numbers from the held-out ones

@@ -190,6 +190,7 @@ class ExperimentConfig:
     prompts_per_cell: int = 10
     seeds: list[int] = field(default_factory=lambda: [0])
     baseline: bool = True  # plain decoding (drafter "none") for the wall-clock speedup
+    llama_cpp: bool = False  # llama.cpp's plain decoding of the target's GGUF too: a second baseline (vs_llama_cpp)
     max_new_tokens: int = 128
     threads: int = 0  # torch threads; 0 = leave torch's default
     dtype: str = "auto"  # auto (bf16 where the hardware has it natively, else fp32) | bfloat16 | float32
@@ -311,8 +312,8 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
                 f"spec; allowed: name, spec, trained_on, languages"
             )
     name = str(raw.get("name") or spec or kind)
-    if name == "none":
-        raise ConfigError(f"{where}: the name 'none' is reserved for plain decoding")
+    if name in ("none", "llama.cpp"):
+        raise ConfigError(f"{where}: the name {name!r} is reserved for a baseline (plain decoding; llama.cpp's)")
     if kind == "ngram" and "distil" in options:
         modes = options["distil"]
         modes = [modes] if isinstance(modes, str) else modes
@@ -549,6 +550,9 @@ def _validate_sequential(cfg: ExperimentConfig, need: Callable[[bool, str], None
     need(isinstance(n, int) and not isinstance(n, bool) and n >= 0,
          f"[held_out] prompts must be an integer >= 0, 0 = every prompt runs every setting (got {n!r})")
     need(n == 0 or cfg.baseline, "[held_out] prompts measure speedups against plain decoding: set baseline = true")
+    need(isinstance(cfg.llama_cpp, bool), f"llama_cpp must be true or false (got {cfg.llama_cpp!r})")
+    need(not cfg.llama_cpp or cfg.baseline,
+         "llama_cpp = true compares the chosen settings with llama.cpp beside plain decoding: set baseline = true")
     need(n == 0 or seq.max_prompts_per_cell == 0,
          "[held_out] prompts and [sequential] rounds cannot be combined: the rounds add held-out prompts "
          "with every setting; set [sequential] max_prompts_per_cell = 0 or [held_out] prompts = 0")

@@ -28,7 +28,7 @@ from babelspec.experiments.config import ExperimentConfig
 from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import ExampleRecord
 from babelspec.experiments.worker import WorkItem, plan
-from babelspec.router import ANY_TASK, BASELINE
+from babelspec.router import ANY_TASK, BASELINE, LLAMA_CPP
 
 Cell = tuple[str, str]  # language, task
 
@@ -80,7 +80,7 @@ def plan_stages(cfg: ExperimentConfig, available: dict[str, list[str]], records:
     second = set(held_out_prompts(cfg))
     n = 2 * cfg.held_out.prompts
     return stage1 + [it for it in plan(cfg, available, _counts(cfg, n)) if it.prompt_index in second
-                     and (it.drafter == BASELINE or (it.drafter, it.gamma) in chosen.get((it.language, it.task), []))]
+                     and (it.drafter in (BASELINE, LLAMA_CPP) or (it.drafter, it.gamma) in chosen.get((it.language, it.task), []))]
 
 
 def estimated_items(cfg: ExperimentConfig, available: dict[str, list[str]]) -> list[WorkItem]:

@@ -34,6 +34,7 @@ from babelspec.experiments.worker import (
     versions,
 )
 from babelspec.fileio import write_text_atomic
+from babelspec.router import LLAMA_CPP
 
 
 @dataclass
@@ -315,7 +316,8 @@ def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str],
         if cfg.sequential.max_prompts_per_cell:
             from babelspec.experiments.sequential import cell_settings, prompt_counts
 
-            counts = prompt_counts(cfg, store.records(), cell_settings(cfg, available))
+            records = [r for r in store.records() if r.drafter != LLAMA_CPP]  # a baseline, never a cell
+            counts = prompt_counts(cfg, records, cell_settings(cfg, available))
         items = plan(cfg, available, counts)
     done = store.done_keys()
     todo = [it for it in items if it.key not in done and it.key not in missing]

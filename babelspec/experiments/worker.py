@@ -22,7 +22,7 @@ from babelspec.data.langid import OutputChecker
 from babelspec.experiments.config import DrafterSetting, ExperimentConfig
 from babelspec.experiments.store import ExampleRecord
 from babelspec.machine import machine_fingerprint
-from babelspec.router import BASELINE
+from babelspec.router import BASELINE, LLAMA_CPP
 
 
 @dataclass
@@ -76,17 +76,21 @@ Result = ExampleRecord | Skip | None  # None: the task has fewer prompts than as
 def plan(cfg: ExperimentConfig, available: dict[str, list[str]],
          counts: dict[tuple[str, str], int] | None = None) -> list[WorkItem]:  # fmt: skip
     """Every example of the grid, grouped by language, task and prompt (interleaved order);
-    ``counts[(lang, task)]`` prompts per cell (``sequential.prompt_counts``), else ``prompts_per_cell``."""
+    ``counts[(lang, task)]`` prompts per cell (``sequential.prompt_counts``), else ``prompts_per_cell``.
+    llama.cpp's plain decoding (``llama_cpp = true``) runs on the measuring (odd-numbered) prompts
+    only: nothing is chosen against it."""
     items = []
     for lang in cfg.languages:
         settings = [(BASELINE, 0)] if cfg.baseline else []
+        settings += [(LLAMA_CPP, 0)] if cfg.llama_cpp else []
         settings += [(name, g) for name in available.get(lang, []) for g in cfg.gammas]
         for task in cfg.tasks:
             n = counts.get((lang, task), cfg.prompts_per_cell) if counts is not None else cfg.prompts_per_cell
             for i in range(n):
+                mine = [s for s in settings if s[0] != LLAMA_CPP or i % 2 == 1]
                 for seed in cfg.seeds:
-                    shift = (i + seed) % max(1, len(settings))  # rotate so no setting always runs first
-                    for name, g in settings[shift:] + settings[:shift]:
+                    shift = (i + seed) % max(1, len(mine))  # rotate so no setting always runs first
+                    for name, g in mine[shift:] + mine[:shift]:
                         items.append(WorkItem(lang, task, i, seed, name, g))
     return items
 
@@ -172,6 +176,7 @@ class UnitRunner:
         self.prompts: dict[tuple[str, str], list[Prompt]] = {}
         self.versions = versions()
         self.machine = machine_fingerprint(target)
+        self.llama: Any = None  # llama.cpp's model (llama_cpp = true), or why it cannot run here
 
     def run(self, it: WorkItem) -> Result:
         from babelspec.drafters import make_drafter
@@ -186,6 +191,8 @@ class UnitRunner:
         if it.prompt_index >= len(self.prompts[key]):
             return None  # the task has fewer prompts for this language than asked
         prompt = self.prompts[key][it.prompt_index]
+        if it.drafter == LLAMA_CPP:
+            return self._llama_cpp(it, prompt)
         skip = None
         if it.drafter == BASELINE:
             drafter = make_drafter("none", self.target)
@@ -218,6 +225,23 @@ class UnitRunner:
         record.cpu_seconds, record.load_average = round(cpu, 4), _load_average()
         return record
 
+    def _llama_cpp(self, it: WorkItem, prompt: Prompt) -> Result:
+        """llama.cpp's plain decoding of the prompt on the target's GGUF (opened once), under the
+        run's sampling and length, cut at the prompt's stop strings as ``generate`` cuts; a
+        ``Skip`` saying why where llama.cpp cannot run here (the report then says so)."""
+        if self.llama is None:
+            self.llama = _open_llama_cpp(self.cfg.target, self.target)
+        if isinstance(self.llama, str):
+            return Skip(LLAMA_CPP, it.language, self.llama)
+        record, check_text = llama_cpp_record(self.llama, self.target.tokenizer, it, prompt, self.cfg)
+        check = self.checker.check(check_text, it.language)
+        record.in_language, record.language_score = check.in_language, check.language_score
+        record.classifier_language, record.langid_language = check.classifier_language, check.langid_language
+        record.loop_ratio, record.looped = check.loop_ratio, check.looped
+        record.versions, record.machine = {**self.versions, "llama_cpp": self.llama.description}, self.machine
+        record.load_average = _load_average()
+        return record
+
     def drop_drafters(self) -> None:
         self.drafters.clear()
         gc.collect()
@@ -229,6 +253,47 @@ class UnitRunner:
             del self.drafters[k]
         if stale:
             gc.collect()
+
+
+def _open_llama_cpp(spec: str, target) -> Any:
+    """llama.cpp on the target's GGUF with the target's thread count, or why it cannot run."""
+    import torch
+
+    from babelspec.models.llamacpp import LlamaCppUnavailable, open_llama_cpp
+
+    try:
+        return open_llama_cpp(spec, threads=torch.get_num_threads())
+    except (LlamaCppUnavailable, OSError, ValueError) as exc:
+        return f"llama.cpp cannot run here: {exc}"
+
+
+def llama_cpp_record(llama, tokenizer, it: WorkItem, prompt: Prompt, cfg: ExperimentConfig) -> tuple[ExampleRecord, str]:
+    """(the record, the text) of llama.cpp's plain decoding of one work item. Its prefill is the
+    prompt's evaluation and first token; decode time is the rest, over the tokens after the first
+    (``decode_tokens``), so its rate counts no token that took no decode time."""
+    sampling = cfg.sampling_config(generation_seed(it.seed, it.prompt_index))
+    stops = tuple(prompt.stop_strings)
+
+    def stop(tokens: list[int]) -> bool:
+        return bool(stops) and any(s in tokenizer.decode(tokens, skip_special_tokens=True) for s in stops)
+
+    t0 = time.time()
+    started = time.perf_counter()
+    tokens = llama.generate(prompt.ids, cfg.max_new_tokens, greedy=sampling.greedy, seed=sampling.seed,
+                            top_k=sampling.top_k, top_p=sampling.top_p, temperature=sampling.temperature,
+                            repeat_penalty=sampling.repetition_penalty, stop=stop)  # fmt: skip
+    wall = time.perf_counter() - started
+    text = tokenizer.decode(tokens, skip_special_tokens=True)
+    for s in stops:
+        text = text.split(s)[0]
+    record = ExampleRecord(
+        language=it.language, task=it.task, drafter=LLAMA_CPP, gamma=0, prompt_index=it.prompt_index, seed=it.seed,
+        drafter_spec=LLAMA_CPP, wall_seconds=wall, prefill_seconds=min(llama.first_token_seconds, wall),
+        n_tokens=len(tokens), n_chars=len(text), prompt_tokens=len(prompt.ids),
+        stop_reason="length" if len(tokens) >= cfg.max_new_tokens else "stop", text=text,
+        started_at=t0, finished_at=time.time(),
+    )  # fmt: skip
+    return record, text
 
 
 def _load_average() -> float:

@@ -141,9 +141,8 @@ class Glue:
         """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the float32 cache buffers
         ``keys`` and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
         each row with a decode step's arithmetic (``bs_attend``): row i sees cache positions
-        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``. Blocks of 32 or more
-        rows (prefills) share their rows among as many threads as torch uses (a row's arithmetic is
-        the same on any)."""
+        ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``. Blocks of 2 or more
+        rows share their rows among torch's OpenMP threads (a row's arithmetic is the same on any)."""
         q = q.contiguous()
         _, heads, n, dim = q.shape
         kv_heads, capacity = keys.shape[1], keys.shape[2]

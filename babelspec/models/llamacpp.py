@@ -1,5 +1,6 @@
-"""llama.cpp decoding of the same GGUF, as a peer in ``babelspec bench peers``: plain, and with
-llama-cpp-python's own speculative prompt lookup (``LlamaPromptLookupDecoding``).
+"""llama.cpp decoding of the same GGUF, as a peer in ``babelspec bench peers`` and as a study's
+second baseline (``llama_cpp = true``): plain, and with llama-cpp-python's own speculative
+prompt lookup (``LlamaPromptLookupDecoding``).
 
 Needs the optional ``llama-cpp-python`` package (``pip install 'babelspec[llamacpp]'``; it
 builds from source with a C++ compiler). Token ids in, token ids out, so the prompts are
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -50,15 +52,20 @@ class LlamaCppModel:
         if lookup:
             self.description += f", LlamaPromptLookupDecoding drafting {lookup} tokens"
 
-    def generate(self, ids: list[int], max_new_tokens: int, greedy: bool = True, seed: int = 0) -> list[int]:
-        """The generated token ids (an EOS that ends generation included), prompt excluded."""
+    def generate(self, ids: list[int], max_new_tokens: int, greedy: bool = True, seed: int = 0, *,
+                 top_k: int = 100, top_p: float = 0.9, temperature: float = 1.0, repeat_penalty: float = 1.0,
+                 stop: Callable[[list[int]], bool] | None = None) -> list[int]:  # fmt: skip
+        """The generated token ids (an EOS that ends generation included), prompt excluded:
+        greedy, or sampled under ``temperature``, ``top_k`` (0: off), ``top_p`` and
+        ``repeat_penalty`` (over llama.cpp's window, 64 tokens). ``stop(tokens)``, if given, ends
+        generation when true (a stop string in the text so far)."""
         llm = self.llama
         llm.reset()  # no prefix reuse across prompts: every run prefills its whole prompt
         if greedy:
             kwargs = dict(top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
         else:
             llm.set_seed(seed)
-            kwargs = dict(top_k=100, top_p=0.9, min_p=0.0, temp=1.0, repeat_penalty=1.0)
+            kwargs = dict(top_k=top_k, top_p=top_p, min_p=0.0, temp=temperature, repeat_penalty=repeat_penalty)
         eos = llm.token_eos()
         out: list[int] = []
         started = time.perf_counter()
@@ -66,7 +73,7 @@ class LlamaCppModel:
             if not out:  # the prompt's evaluation and the first token: the prefill
                 self.first_token_seconds = time.perf_counter() - started
             out.append(int(token))
-            if token == eos or len(out) >= max_new_tokens:
+            if token == eos or len(out) >= max_new_tokens or (stop is not None and stop(out)):
                 break
         return out
 
@@ -90,7 +97,7 @@ class LlamaCppModel:
 def smoke_test(spec: str) -> None:
     """Prefill 8 tokens and decode 2 in a child process: a llama.cpp built for instructions this CPU (or
     its virtual machine) does not execute dies of SIGILL, which must not take the caller along."""
-    code = ("from babelspec.bench.llamacpp import _open; "
+    code = ("from babelspec.models.llamacpp import _open; "
             f"m = _open({spec!r}, 1, 64); m.generate([m.llama.token_bos()] * 8, 2); m.close()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode < 0:

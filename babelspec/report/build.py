@@ -137,8 +137,31 @@ def _headline_blocks(a: dict[str, Any]) -> list[Block]:
         ))  # fmt: skip
         blocks += _router_callout(a)
     blocks.append(_language_rows_table(a, head))
+    blocks += _llama_cpp_rows(a)
     blocks += paper_blocks(a)
     return blocks
+
+
+def _llama_cpp_rows(a: dict[str, Any]) -> list[Block]:
+    """Each language's chosen setting and plain decoding against llama.cpp's plain decoding, held
+    out (a run with llama_cpp = true), or a line saying why the comparison is absent."""
+    status = a.get("llama_cpp") or {}
+    rows = [r for r in a.get("languages", []) if math.isfinite(_num(r.get("vs_llama_cpp")))]
+    if not status.get("measured") or not rows:
+        return [Paragraph(f"Not compared with llama.cpp's plain decoding: {status.get('why', 'not measured')}.")]
+    return [Table(
+        ["language", "task", "chosen setting", "× llama.cpp [95% CI]", "plain decoding × llama.cpp [95% CI]",
+         "pairs"],
+        [[r["language"], r["task"], f"{r['drafter']} γ={r['gamma']}",
+          f"{_f(r['vs_llama_cpp'], suffix='x')} {_ci(r.get('vs_llama_cpp_low'), r.get('vs_llama_cpp_high'))}",
+          f"{_f(r.get('plain_vs_llama_cpp'), suffix='x')} "
+          f"{_ci(r.get('plain_vs_llama_cpp_low'), r.get('plain_vs_llama_cpp_high'))}",
+          str(r.get("n_llama_cpp_pairs", ""))] for r in rows],
+        caption=f"Against llama.cpp's plain decoding of the same GGUF ({status.get('description', '')}): "
+        "decode tokens per second (after the prefill; llama.cpp's after its first token) of each language's "
+        "chosen setting and of babelspec's plain decoding over llama.cpp's on the same held-out prompts, "
+        "seeds and sampling, run side by side; median over prompts, BCa bootstrap 95% interval over prompts.",
+    )]  # fmt: skip
 
 
 def _router_callout(a: dict[str, Any]) -> list[Block]:
@@ -265,6 +288,7 @@ def across_blocks(a: dict[str, Any]) -> list[Block]:
         blocks.append(Figure("fig-across-languages", png,
                              "Held-out speedup over languages (left; dashed: plain decoding) and against "
                              "the target's tokens per character relative to English (right)."))
+    blocks += _llama_cpp_blocks(a, x)
     ranked = ("ranked, as the headline's worst language, by the speedup of their setting on the choosing "
               "prompts, and shown with its held-out speedup")
     skipped = len(x.get("no_held_out") or [])
@@ -296,6 +320,36 @@ def across_blocks(a: dict[str, Any]) -> list[Block]:
         "training tokens. Tokens per character measures how much of the language the target's tokenizer saw."))  # fmt: skip
     if x.get("missing"):
         blocks.append(Bullets([f"not available: {m}" for m in x["missing"]]))
+    return blocks
+
+
+def _llama_cpp_blocks(a: dict[str, Any], x: dict[str, Any]) -> list[Block]:
+    """The Across section against llama.cpp's plain decoding of the same GGUF: the distribution,
+    the figure against both baselines and the languages that gain least; or why it was not measured."""
+    status, lc = a.get("llama_cpp") or {}, x.get("llama_cpp")
+    if not lc:
+        why = status.get("why") or "the run did not record it"
+        return [Paragraph(f"Against llama.cpp's plain decoding of the same GGUF: not measured ({why}).")]
+    blocks: list[Block] = [Paragraph(
+        f"**Against llama.cpp's plain decoding of the same GGUF** ({status.get('description', 'llama-cpp-python')}, "
+        f"the same held-out prompts, sampling and thread count, decode time only, after its first token): over "
+        f"{lc['languages']} languages the chosen settings decode at a median {_f(lc['median'], suffix='x')} "
+        f"llama.cpp's rate, 5th percentile {_f(lc['p5'], suffix='x')}, lowest {_f(lc['lowest'], suffix='x')}; "
+        f"{lc['below_one']} below 1.0x, {lc['wholly_below_one']} with their whole 95% interval below it. "
+        f"babelspec's own plain decoding runs at a median {_f(lc['plain_median'], suffix='x')} llama.cpp's.",
+        css="callout")]  # fmt: skip
+    png = figs.against_both_baselines(x["rows"])
+    if png:
+        blocks.append(Figure("fig-against-llama-cpp", png,
+                             "Each language's chosen setting, held out: its speedup over babelspec's plain decoding "
+                             "and its decode rate over llama.cpp's plain decoding of the same GGUF, with BCa 95% "
+                             "intervals over held-out prompts; sorted by the latter."))
+    blocks.append(Table(
+        ["language", "setting", "× llama.cpp [95% interval]", "α", "target tokens per char"],
+        [[f"{r['name']} ({r['language']})", f"{r['drafter']} γ={r['gamma']}",
+          f"{_f(r['vs_llama_cpp'], suffix='x')} {_ci(r.get('vs_llama_cpp_low'), r.get('vs_llama_cpp_high'))}",
+          _f(r.get("alpha")), _f(r.get("tokens_per_char"))] for r in lc["least"]],
+        caption="The five languages that gain least against llama.cpp's plain decoding (held out)."))  # fmt: skip
     return blocks
 
 

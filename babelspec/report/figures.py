@@ -319,3 +319,31 @@ def across_languages(rows: list[dict]) -> bytes | None:
     right.set_xlabel("target tokens per character, relative to English")
     right.set_ylabel("held-out speedup")
     return _png(fig)
+
+
+def against_both_baselines(rows: list[dict]) -> bytes | None:
+    """Each language's chosen setting, held out, sorted: its speedup over babelspec's plain
+    decoding and its decode rate over llama.cpp's plain decoding, with their 95% intervals."""
+    rows = sorted((r for r in rows if is_finite(r.get("vs_llama_cpp")) and is_finite(r.get("speedup"))),
+                  key=lambda r: r["vs_llama_cpp"])  # fmt: skip
+    if len(rows) < 2:
+        return None
+    fig, ax = plt.subplots(layout="constrained", figsize=(10.0, 4.0))
+    x = np.arange(len(rows))
+    for value, low, high, label in (("speedup", "speedup_low", "speedup_high", "over babelspec's plain decoding"),
+                                    ("vs_llama_cpp", "vs_llama_cpp_low", "vs_llama_cpp_high",
+                                     "over llama.cpp's plain decoding (same GGUF)")):  # fmt: skip
+        y = np.array([r[value] for r in rows], float)
+        lo = np.array([r.get(low) if is_finite(r.get(low)) else v for r, v in zip(rows, y)], float)
+        hi = np.array([r.get(high) if is_finite(r.get(high)) else v for r, v in zip(rows, y)], float)
+        ax.errorbar(x, y, yerr=np.vstack([y - lo, hi - y]).clip(min=0), fmt="o", markersize=3, linewidth=0.6,
+                    capsize=0, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
+    ax.set_xlabel(f"languages, sorted by the rate over llama.cpp (n = {len(rows)})")
+    ax.set_ylabel("held-out decode rate ratio")
+    if len(rows) <= 40:
+        ax.set_xticks(x, [r["language"] for r in rows], rotation=90, fontsize=7)
+    else:
+        ax.set_xticks([])
+    ax.legend(fontsize=8)
+    return _png(fig)
