@@ -23,7 +23,6 @@ import time
 import numpy as np
 import torch
 
-from babelspec.bench.llamacpp import open_llama_cpp
 from babelspec.bench.tree import real_root
 from babelspec.data import LANGUAGES
 from babelspec.data.real import real_data
@@ -31,6 +30,7 @@ from babelspec.data.sources import parallel_records, parse_source
 from babelspec.fileio import emit_json
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
+from babelspec.models.llamacpp import open_llama_cpp
 from babelspec.target import load_target
 
 LANGS = ("amh", "ber", "grn", "ibo", "npi", "oci", "que", "yor", "zgh")  # the paper's 11 but chr, haw: no FLORES text

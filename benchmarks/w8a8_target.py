@@ -21,7 +21,6 @@ import statistics
 import torch
 
 from babelspec.bench.agreement import teacher_forced_agreement
-from babelspec.bench.llamacpp import open_llama_cpp
 from babelspec.bench.tree import flores_prompts, real_root
 from babelspec.drafters import make_drafter
 from babelspec.engine import generate
@@ -29,6 +28,7 @@ from babelspec.fileio import emit_json
 from babelspec.forward.w8a8 import W8A8_ALPHA, W8A8_KEEP, quantize_w8a8
 from babelspec.machine import execution_info
 from babelspec.models import DEFAULT_TARGET
+from babelspec.models.llamacpp import open_llama_cpp
 from babelspec.sampling import SamplingConfig
 from babelspec.target import calibrate, load_target
 
