@@ -7,6 +7,7 @@ greedy decoding's tokens. Long prompts come from the bundled corpora (no corpora
 from __future__ import annotations
 
 import pytest
+import torch
 from edge import OPTIONS
 from exact_real import NEW_TOKENS, plain
 from serve_helpers import Server, completions_at_once
@@ -87,6 +88,10 @@ def test_the_gguf_self_drafter_shares_the_targets_blocks_and_decodes_as_plain(gg
     drafter = make_drafter("gguf:amh", gguf)
     mine, theirs = drafter.lm.impl.layers, gguf.lean.layers
     assert all(a.gate_up is b.gate_up and a.qkv is b.qkv for a, b in zip(mine, theirs))
+    # its head's rows are the file's too: the language's tokens get the target's logits bit for bit
+    hidden = torch.randn(1, 3, gguf.lean.body.config.hidden_size, generator=torch.Generator().manual_seed(0)).bfloat16()
+    head = drafter.head
+    assert torch.equal(head.base_product(hidden), gguf.lean.logits_of.project.stacked(hidden)[..., head.base_ids])
     prompt = gguf.tokenizer("English: The rain stopped at noon.\nAmharic:")["input_ids"]
     expected = plain(gguf, prompt)
     out = generate(gguf, drafter, prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(greedy=True),

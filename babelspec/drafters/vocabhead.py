@@ -50,9 +50,14 @@ class RestrictedHeadLM(torch.nn.Module):
     a contiguous matrix (|S| x hidden; the decoder stack itself stays shared).
     """
 
-    def __init__(self, model: torch.nn.Module, token_ids: torch.Tensor, quantize: str | None = None) -> None:
+    def __init__(self, model: torch.nn.Module, token_ids: torch.Tensor, quantize: str | None = None,
+                 gguf_head: Any = None) -> None:  # fmt: skip
         super().__init__()
         self.quantize = quantize
+        # a gguf target's output head (``forward.qmm.QWeight``): the rows scored on the file's own
+        # blocks, as the target scores them (so a token's logit is the target's bit for bit where
+        # the hidden state is), reading a byte a weight instead of bf16's two
+        self.gguf_head = gguf_head
         self.body = model.model  # shared, not copied
         self.config = model.config
         head = model.get_output_embeddings()
@@ -64,8 +69,7 @@ class RestrictedHeadLM(torch.nn.Module):
         if len(ids) == 0 or ids[0] < 0 or ids[-1] >= self.vocab_size:
             raise UserError(f"restricted head ids must be non-empty and in [0, {self.vocab_size})")
         self.base_ids = ids.to(head.weight.device)
-        self.base_weight = head.weight.detach().index_select(0, self.base_ids).contiguous()
-        self.base_product = self._product(self.base_weight)
+        self.base_product = self._product(self.base_ids)
         self.softcap = getattr(self.config.get_text_config(), "final_logit_softcapping", None)
         self.set_extra([])
 
@@ -78,16 +82,23 @@ class RestrictedHeadLM(torch.nn.Module):
         extra = torch.as_tensor(sorted(set(token_ids)), dtype=torch.long, device=device)
         if len(extra):
             extra = extra[~torch.isin(extra, self.base_ids)]
-        self.extra_weight = self.full_weight.detach().index_select(0, extra)
-        self.extra_product = self._product(self.extra_weight) if len(extra) else None
+        self.extra_product = self._product(extra) if len(extra) else None
         self.index = torch.cat([self.base_ids, extra])  # column -> token id
         n = len(self.index)
         # token id -> column; ids outside the set map to a dummy column n (logit -inf).
         self.column = torch.full((self.vocab_size,), n, dtype=torch.long, device=device)
         self.column[self.index] = torch.arange(n, device=device)
 
-    def _product(self, weight: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
-        """``hidden @ weight.T``, in the weight's own dtype whatever ``quantize`` (the layers')."""
+    def _product(self, ids: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The logits of rows ``ids`` of the output head: ``hidden @ weight[ids].T`` in the head's
+        own dtype whatever ``quantize`` (the layers'), or on the GGUF's blocks of those rows
+        (float32 logits, as the gguf target's)."""
+        if self.gguf_head is not None:
+            from babelspec.forward.qmm import QProduct
+
+            product, n = QProduct([self.gguf_head.rows(ids.cpu())], out_dtype=torch.float32), len(ids)
+            return lambda hidden: product.stacked(hidden)[..., :n]
+        weight = self.full_weight.detach().index_select(0, ids).contiguous()
         return lambda hidden: torch.nn.functional.linear(hidden, weight)
 
     def add_extra(self, token_ids: list[int]) -> bool:
@@ -186,4 +197,8 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     body = target.model
     if k is not None and k < num_layers(target.model):
         body = truncated_model(target.model, k)
-    return VocabHeadDrafter(RestrictedHeadLM(body, ids, quantize=quantize), name=name, target=target)
+    gguf_head = None
+    if quantize == "gguf":  # the head's rows on the file's blocks too, where the target has them
+        project = getattr(getattr(target.lean, "logits_of", None), "project", None)
+        gguf_head = project.parts[0] if getattr(project, "parts", None) else None
+    return VocabHeadDrafter(RestrictedHeadLM(body, ids, quantize=quantize, gguf_head=gguf_head), name=name, target=target)

@@ -118,6 +118,7 @@ class LeanGemma3(Forward):
             self.glue, self.cache_dtype = glue(), torch.float32
         if quantize == "gguf" and (shared is None or len(shared) < config.num_hidden_layers):
             raise ValueError("a drafter on a GGUF's blocks takes the products of as many layers of a gguf target")
+        self._rope_tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # kind -> (cos, sin) by position
         self._batch_rows: dict[tuple[int, int], int] = {}  # (limit, threads) -> rows
         self._exact_rows: dict[int, tuple[int, tuple[int, ...]]] = {}  # threads -> (small, chunks)
         self.quantize = quantize
@@ -454,8 +455,24 @@ class LeanGemma3(Forward):
             positions = (past + depth).to(x.device).unsqueeze(0)
             masks = (self._visible(past, n, ancestors, depth) if self.rowwise
                      else self._tree_masks(past, ancestors, depth, x.dtype, x.device))  # fmt: skip
-        rope = {kind: self.rotary(x[:, :n], positions, kind) for kind in set(self.layer_types)}
+        rope = {kind: self._rope(x, positions, kind) for kind in set(self.layer_types)}
         return _Prepared(n, block.cache, masks, rope)
+
+    def _rope(self, x: torch.Tensor, positions: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables (cos, sin) [1, n, head_dim] of ``positions`` [1, n]: rows of one table
+        per kind, computed once for a span of positions (grown by doubling), so a position's values
+        are the same in every block and no block pays for them; where the rotary embedding is not
+        a fixed function of the position (a dynamic rope type) it is called for each block."""
+        types = getattr(self.rotary, "rope_type", None)
+        if not isinstance(types, dict) or types.get(kind) != "default":
+            return self.rotary(x[:, : positions.shape[1]], positions, kind)
+        need = int(positions.max()) + 1
+        table = self._rope_tables.get(kind)
+        if table is None or table[0].shape[1] < need:
+            size = max(need, 2 * table[0].shape[1] if table is not None else self.capacity)
+            span = torch.arange(size, device=x.device).unsqueeze(0)
+            table = self._rope_tables[kind] = self.rotary(x[:, :1], span, kind)
+        return table[0][:, positions[0]], table[1][:, positions[0]]
 
     def _attention(self, h: torch.Tensor, layer: _Layer, kind: str, index: int, preps: list[_Prepared],
                    merge: bool, rope: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:  # fmt: skip

@@ -78,6 +78,23 @@ class QWeight:
             codes = codes | (bits.to(torch.uint8) << 4)
         return codes
 
+    def rows(self, ids: torch.Tensor) -> QWeight:
+        """The weight of output rows ``ids`` alone (in that order), the file's codes and scales
+        as they are, padded with zero rows to a multiple of 16: [len(ids) rounded up, k]."""
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        panel, column = ids // PANEL, ids % PANEL
+        quads = self.unpacked().view(self.n // PANEL, self.k // 4, PANEL, 4)
+        codes = quads[panel, :, column].reshape(len(ids), self.k)  # [rows, k/4, 4] -> [rows, k]
+        per_row = lambda t: t[panel, :, column]  # noqa: E731  [n/16, k/g, 16] -> [rows, k/g]
+        scales, offsets = per_row(self.scales), None if self.offsets is None else per_row(self.offsets)
+        pad = -len(ids) % PANEL
+        if pad:
+            codes = torch.cat([codes, torch.full((pad, self.k), self.zero, dtype=codes.dtype)])
+            scales = torch.cat([scales, scales.new_zeros(pad, scales.shape[1])])
+            offsets = None if offsets is None else torch.cat([offsets, offsets.new_zeros(pad, offsets.shape[1])])
+        return _panels(codes.numpy(), scales.numpy(), None if offsets is None else offsets.numpy(), self.g,
+                       self.zero, self.bits, self.kind)  # fmt: skip
+
     def code_matrix(self) -> torch.Tensor:
         """The codes as [n, k] (uint8)."""
         return self.unpacked().view(self.n // PANEL, self.k // 4, PANEL, 4).permute(0, 2, 1, 3).reshape(self.n, self.k)
