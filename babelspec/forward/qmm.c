@@ -24,7 +24,7 @@
 typedef uint16_t bf16;
 typedef int32_t quad __attribute__((may_alias, aligned(1))); /* 4 int8 activations read as one */
 #define PANEL 16   /* output columns of a panel: one vector of 16 int32 or float lanes */
-#define ROW_TILE 8 /* rows per pass over a panel (PANEL_TILES names 1..7); more re-read the panel from cache */
+#define ROW_TILE 8 /* the most rows of a pass over a panel; more re-read the panel from cache */
 #define MAX_PARTS 4
 #define MAX_THREADS 64
 
@@ -159,21 +159,25 @@ static void panels_portable(const qweight *w, const qrows *a, long p0, long p1, 
     }
 }
 
-/* The body of a panels_*_bits: every panel p0..p1, its rows in tiles of ROW_TILE and one of the
- * rest, each tile's row count a constant the compiler sees (so its sums stay in registers). */
+/* The body of a panels_*_bits: every panel p0..p1, its rows in the fewest tiles of at most
+ * ROW_TILE, of sizes as equal as they can be (9 rows: 5 and 4, not 8 and 1), each tile's row
+ * count a constant the compiler sees (so its sums stay in registers). */
 #define PANEL_TILES(tile)                                                                                   \
     for (long p = p0; p < p1; p++) {                                                                        \
-        long r0 = 0;                                                                                        \
-        for (; r0 + ROW_TILE <= a->m; r0 += ROW_TILE) tile(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32); \
-        switch (a->m - r0) {                                                                                \
-        case 1: tile(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;                               \
-        case 2: tile(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;                               \
-        case 3: tile(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;                               \
-        case 4: tile(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;                               \
-        case 5: tile(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;                               \
-        case 6: tile(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;                               \
-        case 7: tile(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;                               \
-        default: break;                                                                                     \
+        long tiles = (a->m + ROW_TILE - 1) / ROW_TILE, r0 = 0;                                              \
+        for (long t = 0; t < tiles; t++) {                                                                  \
+            long rows = a->m / tiles + (t < a->m % tiles);                                                  \
+            switch (rows) {                                                                                 \
+            case 1: tile(w, a, p, r0, 1, bits, out, out_stride, out_f32); break;                           \
+            case 2: tile(w, a, p, r0, 2, bits, out, out_stride, out_f32); break;                           \
+            case 3: tile(w, a, p, r0, 3, bits, out, out_stride, out_f32); break;                           \
+            case 4: tile(w, a, p, r0, 4, bits, out, out_stride, out_f32); break;                           \
+            case 5: tile(w, a, p, r0, 5, bits, out, out_stride, out_f32); break;                           \
+            case 6: tile(w, a, p, r0, 6, bits, out, out_stride, out_f32); break;                           \
+            case 7: tile(w, a, p, r0, 7, bits, out, out_stride, out_f32); break;                           \
+            default: tile(w, a, p, r0, ROW_TILE, bits, out, out_stride, out_f32); break;                   \
+            }                                                                                               \
+            r0 += rows;                                                                                     \
         }                                                                                                   \
     }
 
