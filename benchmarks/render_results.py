@@ -121,8 +121,26 @@ def headline_table() -> str:
         f"With the router (`--drafter auto`): mean {r['mean']:.2f}× [{r['mean_low']:.2f}, {r['mean_high']:.2f}]"
         + router_service(r) + ". Speedups are wall-clock decode time per token against plain "
         "decoding of the same prompts, side by side; each language's setting is chosen on half "
-        "the prompts and measured on the other half.",
+        "the prompts and measured on the other half.", *llama_cpp_lines(demo.get("llama_cpp")),
     ])  # fmt: skip
+
+
+def llama_cpp_lines(lc: dict | None) -> list[str]:
+    """The demo's languages against llama.cpp's plain decoding of the same GGUF, or why not measured."""
+    if not lc:
+        return []
+    rows = [r for r in lc.get("languages", []) if is_finite(r.get("vs_llama_cpp"))]
+    if not lc.get("measured") or not rows:
+        return ["", f"Not compared with llama.cpp's plain decoding: {lc.get('why', 'not measured')}."]
+    out = ["", f"Against llama.cpp's plain decoding of the same GGUF ({lc.get('description', 'llama-cpp-python')}), "
+           "decode tokens per second on the same held-out prompts, side by side:", "",
+           "| language | task | chosen setting | × llama.cpp [95% CI] | plain decoding × llama.cpp [95% CI] |",
+           "|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['language']} | {r['task']} | {r['drafter']} γ {r['gamma']} | "
+                   f"{_x(r['vs_llama_cpp'])} {_interval(r, 'vs_llama_cpp')} | "
+                   f"{_x(r['plain_vs_llama_cpp'])} {_interval(r, 'plain_vs_llama_cpp')} |")  # fmt: skip
+    return out
 
 
 def router_service(r: dict) -> str:
@@ -209,6 +227,12 @@ def keep_demo(run: Path) -> None:
             k: a["router_headline"][k] for k in ("mean", "mean_low", "mean_high", "routes", "plain", "below_one",
                                                  "lowest") if k in a["router_headline"]},
         "wall_seconds_total": a["wall_seconds_total"],
+        # llama.cpp's plain decoding of the same GGUF (llama_cpp = true): per language and task, held out
+        "llama_cpp": {**a.get("llama_cpp", {}), "languages": [
+            {k: r.get(k) for k in ("language", "task", "drafter", "gamma", "vs_llama_cpp", "vs_llama_cpp_low",
+                                   "vs_llama_cpp_high", "plain_vs_llama_cpp", "plain_vs_llama_cpp_low",
+                                   "plain_vs_llama_cpp_high", "n_llama_cpp_pairs")}
+            for r in a["languages"]]},
     }, indent=1) + "\n")  # fmt: skip
 
 
@@ -284,6 +308,12 @@ def run_to_run(now: list[dict], before: list[dict]) -> dict:
 
 def _x(value, digits: int = 2) -> str:
     return f"{value:.{digits}f}×" if is_finite(value) else "–"
+
+
+def _interval(row: dict, key: str) -> str:
+    """``[low, high]`` of a row's ``key``, or – where it has none (fewer than 2 prompts)."""
+    low, high = row.get(f"{key}_low"), row.get(f"{key}_high")
+    return f"[{low:.2f}, {high:.2f}]" if is_finite(low) and is_finite(high) else "[–]"
 
 
 def _measures(s: dict, ensemble: dict | None = None) -> dict[str, str]:
