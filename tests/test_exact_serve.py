@@ -2,16 +2,19 @@
 default: ``test_exact_gguf.py``) on the real default model, 4 requests at once sharing the target's
 forwards, each drafting with its language's bigram (a chain, the default tree, a recycling tree):
 each request's tokens are plain greedy decoding's, bit for bit: the server at 2 threads, the
-reference in this process at 1."""
+reference in this process at 1. The bf16 mode is an option beside the gguf default, whose server
+test runs in ``make test``; this one is ``make test-extended`` (its engine-level exactness grid,
+``test_exact_bf16.py``, stays in ``make test``)."""
 
 from __future__ import annotations
 
+import pytest
 from exact_real import MARKS, NEW_TOKENS, load_bf16, plain, prompt_ids, train_bigrams
 from serve_helpers import Server, completions_at_once
 
 from babelspec.models import DEFAULT_TARGET
 
-pytestmark = MARKS
+pytestmark = [*MARKS, pytest.mark.extended]
 LANGS = ("amh", "yor", "npi", "zgh")
 
 
