@@ -115,7 +115,8 @@ class LeanGemma3(Forward):
         # length, MKL's float32 ones 17 µs (``benchmarks/results/native_glue.json``)
         self.glue: Glue | None = None
         if quantize in ("int8", "gguf") and options.native and self.dtype == torch.bfloat16 and self.device.type == "cpu":
-            self.glue, self.cache_dtype = glue(), torch.float32
+            # the gguf forward attends in C over the bf16 cache (below); the int8 one in float32
+            self.glue, self.cache_dtype = glue(), torch.float32 if quantize == "int8" else self.dtype
         if quantize == "gguf" and (shared is None or len(shared) < config.num_hidden_layers):
             raise ValueError("a drafter on a GGUF's blocks takes the products of as many layers of a gguf target")
         self._rope_tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # kind -> (cos, sin) by position
@@ -128,7 +129,7 @@ class LeanGemma3(Forward):
         # (a decode step, a verification chain or tree, a prefill or its chunks, a batched slot),
         # runs the stacked products in pieces whose rows round as alone (``exact_rows``), the
         # norms, residual adds and rotation row by row in C (``native``), and attention row by
-        # row in a decode step's order of operations (``bs_attend``, over a float32 cache of the
+        # row in a decode step's order of operations (``bs_attend``, over the cache of the
         # bf16 keys and values; without the glue ``_attend_rows``, the same property in torch
         # operations over a bf16 cache). Each row gets the bits it gets alone after the same
         # cache, so speculative greedy output is plain greedy output, bit for bit, and a sampled
@@ -142,11 +143,8 @@ class LeanGemma3(Forward):
         self.rowwise = self.exact or (quantize == "gguf" and self.glue is not None)
         if self.rowwise:
             self.keys_t = False  # [1, kv_heads, capacity, head_dim]: a key's row is contiguous
-        if self.exact:
-            if options.native:
-                self.glue = glue()
-            if self.glue is not None:
-                self.cache_dtype = torch.float32  # read by the kernel without conversions
+        if self.exact and options.native:
+            self.glue = glue()  # bs_attend reads the bf16 cache as the floats its values are: half float32's bytes
 
     def _layer(self, layer: torch.nn.Module, kind: str, quantize: str | None, src: _Layer | None) -> _Layer:
         """One decoder layer's products and norms: a gguf target's own (``src``, a drafter on its

@@ -230,7 +230,7 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
 typedef struct {
     long n, groups, dim, past, span;
     const bf16 *q;
-    const float *keys, *values;
+    const bf16 *keys, *values;
     const long *lo;
     const unsigned char *mask;
     float scaling;
@@ -250,6 +250,18 @@ static inline __attribute__((always_inline)) f32x16 load16(const float *x) {
     return f;
 }
 
+/* 16 bf16 values as floats (exact: a bf16 is a float's upper half) */
+typedef uint16_t u16x16 __attribute__((vector_size(32)));
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+static inline __attribute__((always_inline)) f32x16 load16b(const bf16 *x) {
+    u16x16 h;
+    memcpy(&h, x, sizeof h);
+    u32x16 w = __builtin_convertvector(h, u32x16) << 16;
+    f32x16 f;
+    memcpy(&f, &w, sizeof f);
+    return f;
+}
+
 /* the sum of one dot product's 16 partial sums, in lane order */
 static inline __attribute__((always_inline)) float lane_sum(f32x16 p) {
     float sum = 0.0f;
@@ -259,11 +271,11 @@ static inline __attribute__((always_inline)) float lane_sum(f32x16 p) {
 
 /* q . k: 16 partial sums over dim (lane l takes elements l, l + 16, ...), then lane_sum; the
  * forms below run several of these side by side, each with the same operations as alone. */
-static inline __attribute__((always_inline)) float dot1(const float *q, const float *k, long dim) {
+static inline __attribute__((always_inline)) float dot1(const float *q, const bf16 *k, long dim) {
     f32x16 p = {0};
     long d = 0;
-    for (; d + DOT_LANES <= dim; d += DOT_LANES) p += load16(q + d) * load16(k + d);
-    for (int l = 0; d < dim; d++, l++) p[l] += q[d] * k[d];
+    for (; d + DOT_LANES <= dim; d += DOT_LANES) p += load16(q + d) * load16b(k + d);
+    for (int l = 0; d < dim; d++, l++) p[l] += q[d] * to_f(k[d]);
     return lane_sum(p);
 }
 
@@ -272,12 +284,12 @@ static inline __attribute__((always_inline)) float dot1(const float *q, const fl
 
 /* scores of ``HEADS`` query heads (q: [HEADS, dim]) against two keys: eight dot products side by
  * side, each with dot1's operations */
-static inline __attribute__((always_inline)) void dot_heads2(const float *q, const float *k0, const float *k1,
+static inline __attribute__((always_inline)) void dot_heads2(const float *q, const bf16 *k0, const bf16 *k1,
                                                              long dim, float *s, long stride) {
     f32x16 p[2][HEADS] = {{{0}}};
     long d = 0;
     for (; d + DOT_LANES <= dim; d += DOT_LANES) {
-        f32x16 x0 = load16(k0 + d), x1 = load16(k1 + d);
+        f32x16 x0 = load16b(k0 + d), x1 = load16b(k1 + d);
         for (int h = 0; h < HEADS; h++) {
             f32x16 y = load16(q + h * dim + d);
             p[0][h] += y * x0;
@@ -286,8 +298,8 @@ static inline __attribute__((always_inline)) void dot_heads2(const float *q, con
     }
     for (int h = 0; h < HEADS; h++) {
         for (long e = d, l = 0; e < dim; e++, l++) {
-            p[0][h][l] += q[h * dim + e] * k0[e];
-            p[1][h][l] += q[h * dim + e] * k1[e];
+            p[0][h][l] += q[h * dim + e] * to_f(k0[e]);
+            p[1][h][l] += q[h * dim + e] * to_f(k1[e]);
         }
         s[h * stride] = lane_sum(p[0][h]);
         s[h * stride + 1] = lane_sum(p[1][h]);
@@ -329,8 +341,8 @@ static inline __attribute__((always_inline)) void attend_row(const attend_job *j
         for (; h + HEADS <= groups; h += HEADS) {
             f32x16 a[HEADS][4] = {{{0}}};
             for (long c = 0; c < count; c++) {
-                const float *v = j->values + idx[c] * dim + d0;
-                f32x16 v0 = load16(v), v1 = load16(v + 16), v2 = load16(v + 32), v3 = load16(v + 48);
+                const bf16 *v = j->values + idx[c] * dim + d0;
+                f32x16 v0 = load16b(v), v1 = load16b(v + 16), v2 = load16b(v + 32), v3 = load16b(v + 48);
                 for (int g = 0; g < HEADS; g++) {
                     f32x16 e = {0};
                     e += s[(h + g) * count + c];
@@ -345,10 +357,10 @@ static inline __attribute__((always_inline)) void attend_row(const attend_job *j
         for (; h < groups; h++) {
             f32x16 a[4] = {{0}};
             for (long c = 0; c < count; c++) {
-                const float *v = j->values + idx[c] * dim + d0;
+                const bf16 *v = j->values + idx[c] * dim + d0;
                 f32x16 e = {0};
                 e += s[h * count + c];
-                a[0] += e * load16(v), a[1] += e * load16(v + 16), a[2] += e * load16(v + 32), a[3] += e * load16(v + 48);
+                a[0] += e * load16b(v), a[1] += e * load16b(v + 16), a[2] += e * load16b(v + 32), a[3] += e * load16b(v + 48);
             }
             for (int q = 0; q < 4; q++)
                 for (int l = 0; l < DOT_LANES; l++) out[h * dim + d0 + 16 * q + l] = to_bf(a[q][l] * inv[h]);
@@ -357,7 +369,7 @@ static inline __attribute__((always_inline)) void attend_row(const attend_job *j
     for (; d0 < dim; d0++)
         for (h = 0; h < groups; h++) {
             float a = 0.0f;
-            for (long c = 0; c < count; c++) a += s[h * count + c] * j->values[idx[c] * dim + d0];
+            for (long c = 0; c < count; c++) a += s[h * count + c] * to_f(j->values[idx[c] * dim + d0]);
             out[h * dim + d0] = to_bf(a * inv[h]);
         }
 }
@@ -410,13 +422,14 @@ static void run_attend(attend_job *jobs, long threads) {
  * the same row computed alone after the same cache.
  *
  * q: [kv_heads * groups, n, dim] bf16 (query heads of key/value head g are g*groups ..);
- * keys, values: [kv_heads, cap, dim] float32 (bf16 values, exactly), the block's own keys already cached at past .. past+n;
+ * keys, values: [kv_heads, cap, dim] bf16, the block's own keys already cached at past .. past+n (each
+ * read as the float it is exactly: the arithmetic is float32's);
  * row i sees cache positions p in [lo[i], past) and block entries j (at past + j) with
  * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
  * float32, exp(s - max) by expf, summed in key order; the output is sum_p e_p v_p in key order,
  * times 1 / sum. The rows of a block of 2 or more are shared among ``threads`` threads (torch's OpenMP
  * ones). Returns 0, or -1 when memory could not be had. */
-int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const float *keys, const float *values,
+int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const bf16 *keys, const bf16 *values,
               long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
               long threads) {
     if (groups > 64) return -1;

@@ -138,15 +138,15 @@ class Glue:
 
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, lo: torch.Tensor,
                mask: torch.Tensor, scaling: float) -> torch.Tensor:  # fmt: skip
-        """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the float32 cache buffers
-        ``keys`` and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
+        """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the bf16 cache buffers
+        ``keys`` and ``values`` [1, kv_heads, capacity, dim], read as the floats they are, (the block's own keys cached at ``past``..),
         each row with a decode step's arithmetic (``bs_attend``): row i sees cache positions
         ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``. Blocks of 2 or more
         rows share their rows among torch's OpenMP threads (a row's arithmetic is the same on any)."""
         q = q.contiguous()
         _, heads, n, dim = q.shape
         kv_heads, capacity = keys.shape[1], keys.shape[2]
-        assert keys.is_contiguous() and values.is_contiguous() and keys.dtype == values.dtype == torch.float32
+        assert keys.is_contiguous() and values.is_contiguous() and keys.dtype == values.dtype == torch.bfloat16
         lo, mask = lo.contiguous(), mask.contiguous()
         out = q.new_empty(1, n, heads * dim)
         if self._attend(n, kv_heads, heads // kv_heads, dim, q.data_ptr(), keys.data_ptr(), values.data_ptr(),

@@ -22,7 +22,7 @@ class ForwardOptions:
     products one for one.
 
     ``native``: the C glue between the products in bf16 (``benchmarks/results/native_glue.json``)
-    and attention row by row in C over a float32 cache (``bs_attend``); without it the same
+    and attention row by row in C over the bf16 cache (``bs_attend``); without it the same
     row-invariant arithmetic runs in torch operations, slower. It needs ``fuse``.
 
     ``head``: ``"full"`` computes every logit; ``"certified"`` (``forward.certified``) gives rows
