@@ -2,9 +2,9 @@
 built, then the output head's product (and with ``--layers`` one layer's products) timed per
 block of rows, the versions interleaved call by call, and every version's output checked equal
 to the first's bit for bit. What a change to the kernel is measured with (a copy of the source
-as it was, e.g. ``git show HEAD~1:babelspec/forward/qmm.c > /tmp/old.c``, against the file):
+as it was, e.g. ``git show HEAD~1:babelspec/forward/qmm.c > build/qmm_old.c``, against the file):
 
-    .venv/bin/python benchmarks/qmm_variants.py /tmp/old.c babelspec/forward/qmm.c --rows 1,5,8,16
+    .venv/bin/python benchmarks/qmm_variants.py build/qmm_old.c babelspec/forward/qmm.c --rows 1,5,8,16
 """
 
 from __future__ import annotations
