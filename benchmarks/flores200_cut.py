@@ -18,15 +18,18 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from babelspec.experiments.across import against_llama_cpp
 from babelspec.experiments.aggregate import (
-    against_llama_cpp,
+    fill_vs_llama_cpp,
     held_out_best,
     language_summary,
     setting_stats,
+    split_llama_cpp,
     timing_checks,
     timing_load,
 )
@@ -34,7 +37,6 @@ from babelspec.experiments.route_choice import build_router
 from babelspec.experiments.store import Store
 from babelspec.fileio import write_text_atomic
 from babelspec.machine import machine_kind
-from babelspec.router import LLAMA_CPP
 
 WIDE = Path(__file__).resolve().parent / "results" / "flores200_study.json"
 
@@ -57,22 +59,6 @@ def summary(records, specs, drop=()) -> dict:
             "half_width_median": round(statistics.median(widths), 3), "half_width_max": round(max(widths), 3)}  # fmt: skip
 
 
-def _against_llama_cpp(rows) -> dict:
-    """The chosen settings' held-out decode rate over llama.cpp's plain decoding, over languages."""
-    vs = [x.vs_llama_cpp for x in rows if np.isfinite(x.vs_llama_cpp)]
-    plain = [x.plain_vs_llama_cpp for x in rows if np.isfinite(x.plain_vs_llama_cpp)]
-    widths = [(x.speedup_high - x.speedup_low) / 2 for x in rows if np.isfinite(x.speedup_high - x.speedup_low)]
-    least = sorted((x for x in rows if np.isfinite(x.vs_llama_cpp)), key=lambda x: x.vs_llama_cpp)[:5]
-    return {"languages": len(vs), "median": round(statistics.median(vs), 3), "p5": round(float(np.quantile(vs, 0.05)), 3),
-            "lowest": round(min(vs), 3), "below_one": sum(v < 1 for v in vs),
-            "wholly_below_one": sum(x.vs_llama_cpp_high < 1 for x in rows if np.isfinite(x.vs_llama_cpp_high)),
-            "plain_median": round(statistics.median(plain), 3) if plain else None,
-            "half_width_median_vs_plain": round(statistics.median(widths), 3) if widths else None,
-            "least": [{"language": x.language, "setting": x.drafter, "vs_llama_cpp": round(x.vs_llama_cpp, 3),
-                       "low": round(x.vs_llama_cpp_low, 3), "high": round(x.vs_llama_cpp_high, 3),
-                       "alpha": round(x.alpha, 3)} for x in least]}  # fmt: skip
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("run", type=Path)
@@ -82,8 +68,7 @@ def main() -> None:
         records, meta = store.records(), store.meta()
     if not records:
         sys.exit(f"error: {args.run} holds no generations")
-    llama = [r for r in records if r.drafter == LLAMA_CPP]  # a baseline (llama_cpp = true), never a setting
-    records = [r for r in records if r.drafter != LLAMA_CPP]
+    records, llama = split_llama_cpp(records)  # llama.cpp (llama_cpp = true): a baseline, never a setting
     specs = {(r.drafter, r.language): r.drafter_spec for r in records if r.drafter != "none"}
     wide = {r["language"]: r for r in json.loads(WIDE.read_text())["across"]["rows"]}
     router = build_router(records, specs)
@@ -94,7 +79,7 @@ def main() -> None:
     per_language = {}
     tasks = {r.task for r in records}
     rows = language_summary(records)
-    against_llama_cpp(rows, records, llama)
+    fill_vs_llama_cpp(rows, records, llama)
     for x in rows:
         w, route = wide.get(x.language), routes[(x.language, x.task)]
         per_language[x.language if len(tasks) == 1 else f"{x.language} {x.task}"] = {
@@ -117,7 +102,7 @@ def main() -> None:
         "prepare_seconds": round(sum(v for k, v in meta.get("stage_seconds", {}).items() if k.startswith("prepare ")), 1),
         "summary": {"all drafters": summary(records, specs),
                     **{f"without {d}": summary(records, specs, (d,)) for d in drafters}},
-        "against_llama_cpp": _against_llama_cpp(rows) if llama else None, "llama_cpp_generations": len(llama),
+        "against_llama_cpp": against_llama_cpp([asdict(x) for x in rows]), "llama_cpp_generations": len(llama),
         "timing_checks": timing_checks(setting_stats(records)), "timing_load": timing_load(records),
         "languages": per_language,
         # every setting of every language, its gamma chosen on the choosing prompts, measured held out

@@ -69,7 +69,7 @@ def test_choosing_prompts_never_enter_the_ratio(tmp_path):
     records = [r for r in store.records() if r.drafter != LLAMA_CPP]
     llama = [r for r in store.records() if r.drafter == LLAMA_CPP]
     rows = agg.language_summary(records)
-    agg.against_llama_cpp(rows, records, llama)
+    agg.fill_vs_llama_cpp(rows, records, llama)
     [row] = [r for r in rows if (r.language, r.task) == ("amh", "translation")]
     assert row.vs_llama_cpp == pytest.approx(2.0) and row.n_llama_cpp_pairs == 2
 

@@ -29,7 +29,7 @@ import numpy as np
 from babelspec.experiments.store import ExampleRecord
 from babelspec.machine import machine_kind
 from babelspec.numeric import is_finite, median
-from babelspec.router import BASELINE
+from babelspec.router import BASELINE, LLAMA_CPP
 from babelspec.speedup import acceptance_rate, theoretical_speedup
 
 POSITION_BIN_TOKENS = 16  # output-position bins for acceptance along the generation
@@ -445,6 +445,12 @@ class LanguageSummary:
     n_llama_cpp_pairs: int = 0
 
 
+def split_llama_cpp(records: list[ExampleRecord]) -> tuple[list[ExampleRecord], list[ExampleRecord]]:
+    """(the grid's records, llama.cpp's plain decoding's): llama.cpp is a baseline beside plain
+    decoding (``llama_cpp = true``), never a setting to choose, a cell or a route."""
+    return [r for r in records if r.drafter != LLAMA_CPP], [r for r in records if r.drafter == LLAMA_CPP]
+
+
 def _rate(r: ExampleRecord, first_free: bool = False) -> float | None:
     """Decoded tokens per second after the prefill; ``first_free``: llama.cpp's records, whose
     prefill ends with the first token (so it is not counted)."""
@@ -469,7 +475,7 @@ def llama_cpp_ratios(records: list[ExampleRecord], llama: list[ExampleRecord],
     return out
 
 
-def against_llama_cpp(rows: list[LanguageSummary], records: list[ExampleRecord], llama: list[ExampleRecord]) -> None:
+def fill_vs_llama_cpp(rows: list[LanguageSummary], records: list[ExampleRecord], llama: list[ExampleRecord]) -> None:
     """Fill each row's ``vs_llama_cpp`` (its chosen setting) and ``plain_vs_llama_cpp`` fields
     from the held-out prompts: medians over (prompt, seed) pairs with BCa 95% intervals (prompts
     resampled); left NaN where llama.cpp decoded none of the row's prompts."""

@@ -85,10 +85,7 @@ def _llama_description(llama: list) -> str:
 
 
 def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, Any]:
-    everything = store.records()
-    # llama.cpp's plain decoding is a baseline beside plain decoding, never a setting to choose
-    llama = [r for r in everything if r.drafter == LLAMA_CPP]
-    records = [r for r in everything if r.drafter != LLAMA_CPP]
+    records, llama = agg.split_llama_cpp(store.records())
     stats = agg.setting_stats(records)
     meta = store.meta()
     specs = {tuple(k.split("|", 1)): v for k, v in meta.get("specs", {}).items()}
@@ -100,7 +97,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
     rule = meta.get("config", {}).get("router", {}).get("rule", "interval")  # the run's [router] rule
     router = build_router(records, specs, target=target, rule=rule)
     languages_rows = agg.language_summary(records)
-    agg.against_llama_cpp(languages_rows, records, llama)
+    agg.fill_vs_llama_cpp(languages_rows, records, llama)
     best = agg.held_out_best(records)
     routed = [r for r in router.routes if r.task != "*"]
     mean, low, high = agg.mean_speedup_interval(

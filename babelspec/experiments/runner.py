@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from babelspec.experiments.aggregate import split_llama_cpp
 from babelspec.experiments.config import ExperimentConfig, dump_toml
 from babelspec.experiments.executors import Executor, LocalExecutor
 from babelspec.experiments.store import STORE_NAME, ExampleRecord, Store
@@ -34,7 +35,6 @@ from babelspec.experiments.worker import (
     versions,
 )
 from babelspec.fileio import write_text_atomic
-from babelspec.router import LLAMA_CPP
 
 
 @dataclass
@@ -316,8 +316,7 @@ def plan_stage(cfg: ExperimentConfig, store: Store, specs: dict[tuple[str, str],
         if cfg.sequential.max_prompts_per_cell:
             from babelspec.experiments.sequential import cell_settings, prompt_counts
 
-            records = [r for r in store.records() if r.drafter != LLAMA_CPP]  # a baseline, never a cell
-            counts = prompt_counts(cfg, records, cell_settings(cfg, available))
+            counts = prompt_counts(cfg, split_llama_cpp(store.records())[0], cell_settings(cfg, available))
         items = plan(cfg, available, counts)
     done = store.done_keys()
     todo = [it for it in items if it.key not in done and it.key not in missing]
