@@ -405,9 +405,15 @@ def _finish(result: GenerationResult, target: Target, drafter: Drafter, generate
     if target.tokenizer is not None:
         text = target.tokenizer.decode(generated, skip_special_tokens=True)
         if result.stop_reason == "stop_string":
-            text = text[: min(i for s in stop_strings if (i := text.find(s)) >= 0)]
+            text = text_before_stop(text, stop_strings)
         result.text = text
     return result
+
+
+def text_before_stop(text: str, stop_strings) -> str:
+    """``text`` cut before the earliest of ``stop_strings`` it holds (as it is where it holds none)."""
+    found = [i for s in stop_strings if (i := text.find(s)) >= 0]
+    return text[: min(found)] if found else text
 
 
 def _first_stop(

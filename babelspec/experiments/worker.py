@@ -269,8 +269,10 @@ def _open_llama_cpp(spec: str, target) -> Any:
 
 def llama_cpp_record(llama, tokenizer, it: WorkItem, prompt: Prompt, cfg: ExperimentConfig) -> tuple[ExampleRecord, str]:
     """(the record, the text) of llama.cpp's plain decoding of one work item. Its prefill is the
-    prompt's evaluation and first token; decode time is the rest, over the tokens after the first
-    (``decode_tokens``), so its rate counts no token that took no decode time."""
+    prompt's evaluation and first token; decode time is the rest, and its rate
+    (``aggregate.fill_vs_llama_cpp``) counts the tokens after the first, none that took no decode time."""
+    from babelspec.engine import text_before_stop
+
     sampling = cfg.sampling_config(generation_seed(it.seed, it.prompt_index))
     stops = tuple(prompt.stop_strings)
 
@@ -283,14 +285,15 @@ def llama_cpp_record(llama, tokenizer, it: WorkItem, prompt: Prompt, cfg: Experi
                             top_k=sampling.top_k, top_p=sampling.top_p, temperature=sampling.temperature,
                             repeat_penalty=sampling.repetition_penalty, stop=stop)  # fmt: skip
     wall = time.perf_counter() - started
-    text = tokenizer.decode(tokens, skip_special_tokens=True)
-    for s in stops:
-        text = text.split(s)[0]
+    decoded = tokenizer.decode(tokens, skip_special_tokens=True)
+    text = text_before_stop(decoded, stops)
+    # the engine's stop reasons, so llama.cpp's records count as plain decoding's do
+    reason = "stop_string" if text != decoded else "length" if len(tokens) >= cfg.max_new_tokens else "eos"
     record = ExampleRecord(
         language=it.language, task=it.task, drafter=LLAMA_CPP, gamma=0, prompt_index=it.prompt_index, seed=it.seed,
         drafter_spec=LLAMA_CPP, wall_seconds=wall, prefill_seconds=min(llama.first_token_seconds, wall),
         n_tokens=len(tokens), n_chars=len(text), prompt_tokens=len(prompt.ids),
-        stop_reason="length" if len(tokens) >= cfg.max_new_tokens else "stop", text=text,
+        stop_reason=reason, text=text,
         started_at=t0, finished_at=time.time(),
     )  # fmt: skip
     return record, text
