@@ -213,7 +213,6 @@ long bs_certify(long v, long k, const float *a1, const float *a2, float t1, floa
 }
 
 #define DOT_LANES 16
-#define ATTEND_THREAD_ROWS 2 /* blocks of at least this many rows share them among threads */
 
 /* Each function below is built for AVX-512, AVX2 with FMA and the baseline, and the loader picks
  * one for the CPU once: every call in a process runs the same instructions, so a row's bits do
@@ -433,7 +432,7 @@ int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const
               long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
               long threads) {
     if (groups > 64) return -1;
-    if (n < ATTEND_THREAD_ROWS) threads = 1;
+    if (n < GLUE_THREAD_ROWS) threads = 1;
     if (threads > n) threads = n;
     if (threads > 64) threads = 64;
     if (threads < 1) threads = 1;

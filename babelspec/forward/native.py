@@ -139,7 +139,8 @@ class Glue:
     def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, lo: torch.Tensor,
                mask: torch.Tensor, scaling: float) -> torch.Tensor:  # fmt: skip
         """[1, n, heads * dim]: attention of ``q`` [1, heads, n, dim] over the bf16 cache buffers
-        ``keys`` and ``values`` [1, kv_heads, capacity, dim], read as the floats they are, (the block's own keys cached at ``past``..),
+        ``keys`` and ``values`` [1, kv_heads, capacity, dim] (the block's own keys cached at ``past``..),
+        read as the floats they are,
         each row with a decode step's arithmetic (``bs_attend``): row i sees cache positions
         ``lo[i]``..``past`` and the block entries j where ``mask[i, j]``. Blocks of 2 or more
         rows share their rows among torch's OpenMP threads (a row's arithmetic is the same on any)."""

@@ -305,8 +305,7 @@ class QProduct:
             raise ValueError(f"a quantized product takes bf16 rows of {self.k}, not {x.dtype} rows of {shape[-1]}")
         if self.lib is None:
             return product_torch(x.reshape(-1, self.k), self.parts, self.out_dtype).view(*shape[:-1], self.n)
-        if not x.is_contiguous():
-            x = x.contiguous()
+        x = x.contiguous()
         m = x.numel() // self.k
         out = torch.empty((*shape[:-1], self.n), dtype=self.out_dtype)
         if self._qmm(self._handle, m, x.data_ptr(), self.k, out.data_ptr(), self.n, self._f32,

@@ -333,11 +333,8 @@ def against_both_baselines(rows: list[dict]) -> bytes | None:
     for value, low, high, label in (("speedup", "speedup_low", "speedup_high", "over babelspec's plain decoding"),
                                     ("vs_llama_cpp", "vs_llama_cpp_low", "vs_llama_cpp_high",
                                      "over llama.cpp's plain decoding (same GGUF)")):  # fmt: skip
-        y = np.array([r[value] for r in rows], float)
-        lo = np.array([r.get(low) if is_finite(r.get(low)) else v for r, v in zip(rows, y)], float)
-        hi = np.array([r.get(high) if is_finite(r.get(high)) else v for r, v in zip(rows, y)], float)
-        ax.errorbar(x, y, yerr=np.vstack([y - lo, hi - y]).clip(min=0), fmt="o", markersize=3, linewidth=0.6,
-                    capsize=0, label=label)
+        ax.errorbar(x, [r[value] for r in rows], yerr=_yerr(rows, value, (low, high)), fmt="o", markersize=3,
+                    linewidth=0.6, capsize=0, label=label)
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xlabel(f"languages, sorted by the rate over llama.cpp (n = {len(rows)})")
     ax.set_ylabel("held-out decode rate ratio")
