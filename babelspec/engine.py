@@ -263,7 +263,13 @@ def verify(target: Target, draft: Draft, seq: np.ndarray, length: int, sampling:
         target.keep_path(length - 1, [0] + [i + 1 for i in path])
     else:
         seq[length : length + len(drafted)] = drafted
-        logits = target.checkpoint_and_verify([pending] + drafted, head=head)
+        if draft.hidden is not None:  # the drafter ran the target's layers on them: its head judges
+            if draft.hidden.shape[1] != len(drafted) + 1 or target.cached_len != length + len(drafted):
+                raise RuntimeError(f"a draft of {len(drafted)} tokens came with {draft.hidden.shape[1]} hidden rows "
+                                   f"and a target cache of {target.cached_len} tokens (expected {length + len(drafted)})")
+            logits = target.head_logits(draft.hidden, head=head)
+        else:
+            logits = target.checkpoint_and_verify([pending] + drafted, head=head)
         n, next_token = accept_or_reject(warp(logits, sampling, seq, first_position=length), draft, rng)
         path, rejected = list(range(n)), n < len(drafted)
         t0 = time.perf_counter()

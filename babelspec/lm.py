@@ -165,6 +165,32 @@ class CausalLM:
         self.tokens.extend(ids[0].tolist())
         return logits
 
+    @property
+    def steps_layers(self) -> bool:
+        """Whether the forward can run its layers alone (``forward_hidden``, ``head_logits``)."""
+        return hasattr(self.impl, "hidden_states")
+
+    @torch.inference_mode()
+    def forward_hidden(self, ids: list[int]) -> torch.Tensor:
+        """Forward ``ids`` after the cached tokens through the layers alone (where
+        ``steps_layers``): their final normed hidden states [1, n, hidden], cached as ``forward``
+        caches them, for ``head_logits`` to score. Not timed as a forward: the caller's cost."""
+        ids_t = torch.as_tensor(ids, dtype=torch.long, device=self.device).view(1, -1)
+        hidden = self.impl.hidden_states(ids_t, self.cache)
+        self.cached_len += ids_t.shape[1]
+        self.tokens.extend(int(t) for t in ids)
+        return hidden
+
+    @torch.inference_mode()
+    def head_logits(self, hidden: torch.Tensor, head: Any = None) -> torch.Tensor:
+        """The output head's float32 CPU logits [n, vocab] of ``forward_hidden``'s rows, each row's
+        bits as ``forward`` gives them; timed as a forward of n tokens."""
+        self.timer.start()
+        logits = self.impl.head_logits(hidden, head).float()
+        self.timer.stop()
+        self.forward_tokens.append(hidden.shape[1])
+        return logits.cpu()
+
     def _no_tree_reason(self, n: int) -> str:
         if self._tree_window is None:
             kind = getattr(self.model.config, "model_type", type(self.model).__name__)

@@ -17,6 +17,8 @@ from babelspec.bench.exact import chain_grid, prefill_chunks, tree_grid
 from babelspec.data import LANGUAGES
 from babelspec.data.corpus import monolingual
 from babelspec.drafters import make_drafter
+from babelspec.drafters.stackhead import StackHeadDrafter
+from babelspec.drafters.vocabhead import restricted_drafter
 from babelspec.engine import generate
 from babelspec.errors import UserError
 from babelspec.forward.qmm import QProduct
@@ -81,23 +83,47 @@ def test_speculative_greedy_is_plain_greedy(gguf, tmp_path, threads):
             assert out.accepted > 0
 
 
-def test_the_gguf_self_drafter_shares_the_targets_blocks_and_decodes_as_plain(gguf):
-    """``gguf:LANG``: the target's own layer products (the same objects: no copy of a weight)
-    under the language's restricted head. Greedy speculation gives plain greedy decoding's tokens,
-    and it drafts close to the target (its layers are the target's): most drafts are kept."""
+@pytest.mark.parametrize("threads", [2, 3], indirect=True)
+def test_the_gguf_self_drafter_drafts_from_the_targets_own_steps_and_decodes_as_plain(gguf, threads):
+    """``gguf:LANG``: the target's own one-token steps on the target's own cache, under the
+    language's restricted head on the file's rows. The rows verification judges are the target's
+    one-token steps bit for bit, and greedy speculation gives plain greedy decoding's tokens in
+    Amharic and Nepali; the drafter reads the target's hidden states, so most drafts are kept."""
     drafter = make_drafter("gguf:amh", gguf)
-    mine, theirs = drafter.lm.impl.layers, gguf.lean.layers
-    assert all(a.gate_up is b.gate_up and a.qkv is b.qkv for a, b in zip(mine, theirs))
+    assert isinstance(drafter, StackHeadDrafter)
     # its head's rows are the file's too: the language's tokens get the target's logits bit for bit
     hidden = torch.randn(1, 3, gguf.lean.body.config.hidden_size, generator=torch.Generator().manual_seed(0)).bfloat16()
     head = drafter.head
     assert torch.equal(head.base_product(hidden), gguf.lean.logits_of.project.stacked(hidden)[..., head.base_ids])
     prompt = gguf.tokenizer("English: The rain stopped at noon.\nAmharic:")["input_ids"]
-    expected = plain(gguf, prompt)
+    # one proposal's rows against the one-token steps of the same tokens after the same cache
+    gguf.prefill(prompt[:-1])
+    drafter.start(prompt, SamplingConfig(greedy=False, top_k=100, seed=1), torch.Generator().manual_seed(1))
+    draft = drafter.propose(4)
+    judged = gguf.head_logits(draft.hidden)
+    gguf.prefill(prompt[:-1])
+    steps = [gguf.forward([t])[0] for t in [prompt[-1]] + draft.tokens.tolist()]
+    assert len(steps) == 5 and all(torch.equal(judged[i], steps[i]) for i in range(5))
+    for lang in ("amh", "npi"):
+        prompt = gguf.tokenizer(f"English: The rain stopped at noon.\n{LANGUAGES[lang].name}:")["input_ids"]
+        expected = plain(gguf, prompt)
+        out = generate(gguf, make_drafter(f"gguf:{lang}", gguf), prompt, gamma=4, max_new_tokens=NEW_TOKENS,
+                       sampling=SamplingConfig(greedy=True), eos_token_ids=())  # fmt: skip
+        assert out.token_ids == expected, lang
+        assert out.accepted / out.proposed > 0.6, (lang, out.accepted, out.proposed)
+
+
+def test_the_gguf_self_drafter_of_its_own_cache_shares_the_targets_blocks(gguf):
+    """With a cache of its own (``own_steps=False``, and ``gguf:K@LANG``'s first K layers) the
+    drafter runs the target's own layer products (the same objects: no copy of a weight), and
+    greedy speculation gives plain greedy decoding's tokens."""
+    drafter = restricted_drafter(gguf, k=None, lang="amh", name="gguf:amh", quantize="gguf", own_steps=False)
+    mine, theirs = drafter.lm.impl.layers, gguf.lean.layers
+    assert all(a.gate_up is b.gate_up and a.qkv is b.qkv for a, b in zip(mine, theirs))
+    prompt = gguf.tokenizer("English: The rain stopped at noon.\nAmharic:")["input_ids"]
     out = generate(gguf, drafter, prompt, gamma=4, max_new_tokens=NEW_TOKENS, sampling=SamplingConfig(greedy=True),
                    eos_token_ids=())  # fmt: skip
-    assert out.token_ids == expected
-    assert out.accepted / out.proposed > 0.6, (out.accepted, out.proposed)
+    assert out.token_ids == plain(gguf, prompt)
     shallow = make_drafter("gguf:9@amh", gguf)
     assert len(shallow.lm.impl.layers) == 9 and shallow.lm.impl.layers[8].down is theirs[8].down
 
@@ -121,17 +147,19 @@ def test_the_files_model_follows_the_float_model_as_closely_as_bf16(gguf, long_p
 
 
 def test_the_server_on_the_default_mode_answers_plain_greedy_tokens(gguf, tmp_path):
-    """``babelspec serve`` as it starts by default (the gguf mode), 2 requests at once sharing
-    its forwards, one drafting with a bigram tree: each gets plain greedy decoding's tokens."""
+    """``babelspec serve`` as it starts by default (the gguf mode), 3 requests at once sharing
+    its forwards, one drafting with a bigram tree and one with the target's own steps under
+    Nepali's head (``gguf:npi``): each gets plain greedy decoding's tokens."""
     table = tmp_path / "npi.ngram"
     train(monolingual("npi"), gguf.tokenizer, CountConfig(order=2)).save(table)
-    prompts = [gguf.tokenizer(f"English: {text}\nNepali:")["input_ids"] for text in ("The rain stopped at noon.", "We walked home.")]
+    texts = ("The rain stopped at noon.", "We walked home.", "The market opens at dawn.")
+    prompts = [gguf.tokenizer(f"English: {text}\nNepali:")["input_ids"] for text in texts]
     expected = [plain(gguf, p, past_eos=False) for p in prompts]
-    server = Server("--target", DEFAULT_TARGET, "--batch", "2", "--threads", "3", "--drafter", "plain=none", "--drafter", f"npi=ngram:{table}",
+    server = Server("--target", DEFAULT_TARGET, "--batch", "3", "--threads", "3", "--drafter", "plain=none", "--drafter", f"npi=ngram:{table}", "--drafter", "self=gguf:npi",
                     log=tmp_path / "serve.log")  # fmt: skip
     try:
         client = server.wait().client()
-        got = completions_at_once(client, DEFAULT_TARGET, list(zip(prompts, ("npi", "plain"))), NEW_TOKENS)
+        got = completions_at_once(client, DEFAULT_TARGET, list(zip(prompts, ("npi", "plain", "self"))), NEW_TOKENS)
         assert got == expected
     finally:
         server.close()

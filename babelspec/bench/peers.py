@@ -259,7 +259,13 @@ def drafter_costs(target: Any, prompt: PromptItem, drafters: list[str], *, repea
         timed("target_1", target, [probe], 0)
         timed("target_verify", target, [probe] * (gamma + 1), 0)
         for spec, drafter in made.items():
-            timed(spec, drafter.lm, [probe], 1)
+            if hasattr(drafter, "lm"):
+                timed(spec, drafter.lm, [probe], 1)
+            else:  # a drafter on the target's own steps (``stackhead``): one step's layers and its head
+                length, t0 = target.cached_len, time.perf_counter()
+                drafter.head.logits_of(target.forward_hidden([probe]))
+                times[spec].append(time.perf_counter() - t0)
+                target.crop_or_replay(length)
     med = {k: statistics.median(v[1:]) for k, v in times.items()}
     out = {"target_forward_ms": round(med["target_1"] * 1e3, 2),
            "target_verify_ms": round(med["target_verify"] * 1e3, 2)}

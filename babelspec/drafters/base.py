@@ -50,6 +50,10 @@ class Draft:
     probs: Probs  # the distribution each token was drawn from (a point mass: rows of width one)
     forwards: int = 0  # draft forwards (model calls or table walks) spent on this proposal
     parents: np.ndarray | None = None  # [k] int64; None at construction means a chain
+    # [1, k + 1, hidden]: the target's own final hidden states of the pending token and of each
+    # drafted one, where the drafter computed them on the target's layers and cache (a chain of
+    # ``drafters.stackhead``): the target's cache holds their rows, so verification is its head alone
+    hidden: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.parents is None:  # a chain: each node's parent is the one before

@@ -177,9 +177,12 @@ class VocabHeadDrafter(SelfDrafter):
 
 
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str,
-                       quantize: str | None = None) -> Drafter:  # fmt: skip
+                       quantize: str | None = None, own_steps: bool = True) -> Drafter:  # fmt: skip
     """``self:K@LANG`` (k layers) or ``head:LANG`` (k = None: all layers); ``int8:[K@]LANG``
-    with ``quantize="int8"``. ``LANG`` may be a vocabulary file, ``FILE.npy`` of token ids."""
+    with ``quantize="int8"``, ``gguf:[K@]LANG`` with ``"gguf"``. ``LANG`` may be a vocabulary
+    file, ``FILE.npy`` of token ids. ``gguf:LANG`` (all layers) drafts from the target's own steps
+    (``drafters.stackhead``) unless ``own_steps`` is false: then from a cache of its own, computing
+    the layers again (the same drafts at about twice the layers' cost; for comparison)."""
     from babelspec.drafters.vocab import language_token_ids, load_vocabulary
 
     if not lang:
@@ -201,4 +204,9 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     if quantize == "gguf":  # the head's rows on the file's blocks too, where the target has them
         project = getattr(getattr(target.lean, "logits_of", None), "project", None)
         gguf_head = project.parts[0] if getattr(project, "parts", None) else None
-    return VocabHeadDrafter(RestrictedHeadLM(body, ids, quantize=quantize, gguf_head=gguf_head), name=name, target=target)
+    head = RestrictedHeadLM(body, ids, quantize=quantize, gguf_head=gguf_head)
+    if own_steps and quantize == "gguf" and k is None and target.steps_layers and target.lean.quantize == "gguf":
+        from babelspec.drafters.stackhead import StackHeadDrafter
+
+        return StackHeadDrafter(head, target, name=name)
+    return VocabHeadDrafter(head, name=name, target=target)

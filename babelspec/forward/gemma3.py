@@ -256,6 +256,24 @@ class LeanGemma3(Forward):
         and only attention runs per block, on the block's own cache. A lone block is computed
         op for op as before; in a batch a row rounds as alone where the products are
         row-invariant up to the batch's rows (``batch_rows``, which callers check)."""
+        return self._finish(blocks, self._stack(blocks))
+
+    @torch.inference_mode()
+    def hidden_states(self, ids: torch.Tensor, cache: LeanCache) -> torch.Tensor:
+        """The final normed hidden states [1, n, hidden] of ``ids`` [1, n] after the cached tokens,
+        cached as ``forward`` caches them: the rows ``head_logits`` scores. A drafter on this
+        forward's own layers (``drafters.stackhead``) drafts from them under a head of its own;
+        verification then needs the output head alone."""
+        return self._stack([Block(ids, cache, CACHE_ONLY)])
+
+    @torch.inference_mode()
+    def head_logits(self, hidden: torch.Tensor, head: HeadRequest | None = None) -> torch.Tensor:
+        """The output head's logits [n, columns] of ``hidden`` [1, n, hidden] (``hidden_states``'
+        rows), as ``forward`` gives a block's: each row's bits those of the row in a forward."""
+        return self._head_rows(hidden, None if head is None else [head] * hidden.shape[1])[0]
+
+    def _stack(self, blocks: list[Block]) -> torch.Tensor:
+        """The decoder stack over every block's rows (each cached): the final normed hidden states."""
         merge = self.exact or all(b.ids.shape[1] <= self.options.merge_max_tokens for b in blocks)  # blocks, not the batch
         ids = blocks[0].ids if len(blocks) == 1 else torch.cat([b.ids for b in blocks], 1)
         x = self.embed(ids)  # Gemma3TextScaledWordEmbedding: the lookup times sqrt(hidden)
@@ -264,9 +282,8 @@ class LeanGemma3(Forward):
         if len(blocks) > 1:
             rope = {kind: tuple(torch.cat([p.rope[kind][i] for p in preps], 1) for i in range(2))
                     for kind in preps[0].rope}  # fmt: skip
-        glued = self.glue is not None and merge
-        if glued:
-            return self._finish(blocks, self._glued_layers(x, preps, rope))
+        if self.glue is not None and merge:
+            return self._glued_layers(x, preps, rope)
         for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
             residual = x
             h = _rms(x, *layer.norms["input_layernorm"])
@@ -280,7 +297,7 @@ class LeanGemma3(Forward):
                 gate, up = layer.gate_up(h, merge)
             h = self._rows(layer.down, _gelu_rows(gate, self.approximate) * up)
             x = residual + _rms(h, *layer.norms["post_feedforward_layernorm"])
-        return self._finish(blocks, _rms(x, *self.final_norm))
+        return _rms(x, *self.final_norm)
 
     def _glued_layers(self, x: torch.Tensor, preps: list[_Prepared], rope: Any) -> torch.Tensor:
         """The decoder stack with the glue between products in C (``native``): one call for each
