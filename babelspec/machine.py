@@ -89,6 +89,8 @@ def execution_plan(target: Any) -> dict[str, Any]:
         plan["precision"] = target.precision
     if getattr(impl, "product_kernel", None):  # the gguf mode: products on the file's blocks
         plan["weights"], plan["kernel"] = "gguf", impl.product_kernel
+    if getattr(impl, "row_steps_in_c", False):  # a one-row block's layers in C (``LeanGemma3._one_row_layers``)
+        plan["row_steps"] = "c"
     if getattr(impl, "exact", False):
         plan["exact"] = EXACT_BF16
     else:

@@ -48,6 +48,8 @@ def long_prompt(gguf):
 def test_the_plan_says_the_products_run_on_the_files_blocks(gguf):
     plan = execution_plan(gguf)
     assert plan["precision"] == "gguf" and plan["weights"] == "gguf" and plan["exact"] == EXACT_BF16
+    # a decode step's layers run in C, two calls a layer (the grids below hold its rows to a block's)
+    assert plan["row_steps"] == "c" or OPTIONS.native is False
     layer = gguf.lean.layers[0]
     assert all(isinstance(p, QProduct) for p in (layer.qkv, layer.o, layer.gate_up, layer.down, gguf.lean.logits_of.project))
     assert [w.kind for w in layer.qkv.parts] == ["Q5_0", "Q5_0", "Q8_0"] and layer.o.parts[0].kind == "Q4_K"
@@ -55,6 +57,7 @@ def test_the_plan_says_the_products_run_on_the_files_blocks(gguf):
 
 @pytest.mark.parametrize("threads", [1, 2, 3], indirect=True)
 def test_every_row_of_every_chain_equals_its_one_token_step(gguf, long_prompt, threads):
+    """A one-token step runs each layer in two C calls, a block the glued layers: equal rows."""
     grid = chain_grid(gguf.lean, long_prompt, (3, 297, 530), max_block=12)
     assert grid["cells"] == 3 * 12 and grid["differ"] == 0, grid["differing"]
 

@@ -18,10 +18,7 @@ class LeanLayerCache:
         """Cache ``k`` and ``v`` [1, kv_heads, n, head_dim]; every key and value cached, keys in
         the cache's layout."""
         end = self.length + k.shape[2]
-        if end > self.values.shape[2]:
-            grow = max(end, 2 * self.values.shape[2])
-            self.keys = _grown(self.keys, grow, self.length, 3 if self.keys_t else 2)
-            self.values = _grown(self.values, grow, self.length, 2)
+        self.reserve(end)
         if self.keys_t:
             self.keys[..., self.length : end] = k.transpose(2, 3)
         else:
@@ -29,6 +26,13 @@ class LeanLayerCache:
         self.values[:, :, self.length : end] = v
         self.length = end
         return self.keys[..., :end] if self.keys_t else self.keys[:, :, :end], self.values[:, :, :end]
+
+    def reserve(self, end: int) -> None:
+        """Room for ``end`` tokens (the buffers grown, at least doubled, where they are shorter)."""
+        if end > self.values.shape[2]:
+            grow = max(end, 2 * self.values.shape[2])
+            self.keys = _grown(self.keys, grow, self.length, 3 if self.keys_t else 2)
+            self.values = _grown(self.values, grow, self.length, 2)
 
     def rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The keys and values of tokens ``start`` to ``end`` [1, kv_heads, n, head_dim] (views),

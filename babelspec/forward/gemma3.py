@@ -5,6 +5,7 @@ glue between the products in bf16.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -120,6 +121,7 @@ class LeanGemma3(Forward):
         if quantize == "gguf" and (shared is None or len(shared) < config.num_hidden_layers):
             raise ValueError("a drafter on a GGUF's blocks takes the products of as many layers of a gguf target")
         self._rope_tables: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # kind -> (cos, sin) by position
+        self._layer_args: list[Any] | None = None  # one-row steps in C (``_row_args``)
         self._batch_rows: dict[tuple[int, int], int] = {}  # (limit, threads) -> rows
         self._exact_rows: dict[int, tuple[int, tuple[int, ...]]] = {}  # threads -> (small, chunks)
         self.quantize = quantize
@@ -283,6 +285,8 @@ class LeanGemma3(Forward):
             rope = {kind: tuple(torch.cat([p.rope[kind][i] for p in preps], 1) for i in range(2))
                     for kind in preps[0].rope}  # fmt: skip
         if self.glue is not None and merge:
+            if len(blocks) == 1 and preps[0].n == 1 and blocks[0].parents is None and self._row_args() is not None:
+                return self._one_row_layers(x, preps[0])
             return self._glued_layers(x, preps, rope)
         for index, (layer, kind) in enumerate(zip(self.layers, self.layer_types)):
             residual = x
@@ -312,6 +316,73 @@ class LeanGemma3(Forward):
             h = self._rows(layer.down, _gelu_rows(gate, self.approximate) * up)
             after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
             x, h = glue.add_rms(x, h, layer.norms["post_feedforward_layernorm"], after)
+        return h
+
+    @property
+    def row_steps_in_c(self) -> bool:
+        """Whether a block of one row runs each layer in two C calls (``_one_row_layers``)."""
+        return self._row_args() is not None
+
+    def _row_args(self) -> list[Any] | None:
+        """Each layer's ``native.LayerArgs`` for one-row steps in C (``_one_row_layers``), built
+        once; None where the layers' products are not all the file's blocks' in C (a gguf target
+        or its drafter with the glue and the product library)."""
+        if self._layer_args is None:
+            self._layer_args = self._build_row_args() or []
+        return self._layer_args or None
+
+    def _build_row_args(self) -> list[Any] | None:
+        from babelspec.forward.native import LayerArgs
+        from babelspec.forward.qmm import QProduct
+
+        if self.quantize != "gguf" or not self.rowwise or self.glue is None or self.keys_t:
+            return None
+        products = [(layer.qkv, layer.o, layer.gate_up, layer.down) for layer in self.layers]
+        flat = [p for ps in products for p in ps]
+        if not all(isinstance(p, QProduct) and p.lib is not None and not p._f32 for p in flat):
+            return None
+        if len({p._isa for p in flat}) != 1:  # one kernel for every product (``ForwardOptions``' choice)
+            return None
+        if any(layer.qk_norm is None for layer in self.layers):
+            return None
+        args = []
+        for layer, (qkv, o, gate_up, _) in zip(self.layers, products):
+            qmm = ctypes.cast(qkv.lib.qmm, ctypes.c_void_p).value
+            (post, post_eps), (pre, pre_eps) = (layer.norms["post_attention_layernorm"],
+                                                layer.norms["pre_feedforward_layernorm"])  # fmt: skip
+            args.append(LayerArgs(qmm=qmm, isa=qkv._isa, qkv=qkv._handle, o=o._handle, gate_up=gate_up._handle,
+                                  qkv_n=qkv.n, gate_up_n=gate_up.n, hidden=o.n, heads=self.heads,
+                                  kv_heads=self.kv_heads, dim=self.head_dim, qk_scale=layer.qk_norm[0].data_ptr(),
+                                  qk_eps=layer.qk_norm[1], scaling=self.scaling, post_scale=post.data_ptr(),
+                                  pre_scale=pre.data_ptr(), post_eps=post_eps, pre_eps=pre_eps))  # fmt: skip
+        return args
+
+    def _one_row_layers(self, x: torch.Tensor, prep: _Prepared) -> torch.Tensor:
+        """``_glued_layers`` for a block of one row (a decode step, a step of ``gguf:LANG``): each
+        layer in two C calls around the activation (``native.bs_layer_attention``, ``bs_layer_down``),
+        which run the same functions on the same buffers in the same order as ``_glued_layers``, so
+        the row's bits are the same; the 20-odd torch operations and calls a layer costs there, 3."""
+        glue, args, threads = self.glue, self._row_args(), torch.get_num_threads()
+        x = x.contiguous().clone()
+        h = glue.rms(x, *self.layers[0].norms["input_layernorm"])
+        first = args[0]
+        gate_up = x.new_empty(1, 1, first.gate_up_n)
+        scratch = x.new_empty(first.qkv_n + 3 * (self.heads + self.kv_heads) * self.head_dim + first.hidden)
+        rope = {kind: tuple(t.contiguous() for t in table) for kind, table in prep.rope.items()}
+        last = len(self.layers) - 1
+        for index, (layer, kind, a) in enumerate(zip(self.layers, self.layer_types, args)):
+            cache = prep.cache.layers[index]
+            cache.reserve(cache.length + 1)
+            cos, sin = rope[kind]
+            lo = prep.masks[layer.sliding][0]
+            a.threads, a.cos, a.sin, a.lo = threads, cos.data_ptr(), sin.data_ptr(), lo.data_ptr()
+            a.keys, a.values, a.cap, a.past = cache.keys.data_ptr(), cache.values.data_ptr(), cache.values.shape[2], cache.length
+            glue.layer_attention(a, x, h, gate_up, scratch)
+            cache.length += 1
+            gate, up = gate_up.chunk(2, dim=-1)
+            act = _gelu_rows(gate, self.approximate) * up
+            after = self.final_norm if index == last else self.layers[index + 1].norms["input_layernorm"]
+            glue.layer_down(a, layer.down, act, layer.norms["post_feedforward_layernorm"], after, x, h, scratch)
         return h
 
     def _finish(self, blocks: list[Block], x: torch.Tensor) -> list[torch.Tensor]:

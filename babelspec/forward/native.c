@@ -448,3 +448,60 @@ int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const
     }
     return failed ? -1 : 0;
 }
+
+/* One row through a decoder layer, in two calls around the activation (GELU times up stays
+ * torch's): the same functions, on the same buffers and in the same order, as the lean forward's
+ * glued layers run them for a block of one row, so a decode step's bits are those of that path.
+ * ``qmm`` is the quantized product's entry (``bs_qmm`` of babelspec/forward/qmm.c, passed in as a
+ * pointer: another library), ``isa`` and ``threads`` as that path passes them. */
+typedef int (*qmm_fn)(const void *, long, const bf16 *, long, void *, long, long, long, long);
+
+typedef struct {
+    qmm_fn qmm;
+    long isa, threads;
+    const void *qkv, *o, *gate_up;
+    long qkv_n, gate_up_n, hidden, heads, kv_heads, dim;
+    const float *qk_scale;
+    float qk_eps;
+    const bf16 *cos, *sin;
+    bf16 *keys, *values;
+    long cap, past;
+    const long *lo;
+    float scaling;
+    const float *post_scale, *pre_scale;
+    float post_eps, pre_eps;
+} layer_args;
+
+/* The attention half of a layer for one row: from ``h`` (the input norm of ``x``), the q/k/v
+ * product, the queries' and key's norm and rotation, the key and value cached at ``past``, the
+ * row's attention over the cache, the output product, the residual add and the feed-forward
+ * norm (``x`` and ``h`` in place), then the gate/up product into ``gate_up``. ``scratch``: bf16
+ * of at least qkv_n + (heads + kv_heads + 2 * heads) * dim + hidden. Returns 0, or -1. */
+int bs_layer_attention(const layer_args *a, bf16 *x, bf16 *h, bf16 *gate_up, bf16 *scratch) {
+    long dim = a->dim, heads = a->heads, kv = a->kv_heads;
+    bf16 *qkv = scratch, *qk = qkv + a->qkv_n, *attn = qk + (heads + kv) * dim, *o = attn + heads * dim;
+    if (a->qmm(a->qkv, 1, h, a->hidden, qkv, a->qkv_n, 0, a->threads, a->isa) != 0) return -1;
+    bs_qk_rope(1, heads + kv, dim, qkv, a->qkv_n, a->qk_scale, a->qk_eps, a->cos, a->sin, qk);
+    const bf16 *v = qkv + (heads + kv) * dim;
+    for (long g = 0; g < kv; g++) {
+        memcpy(a->keys + (g * a->cap + a->past) * dim, qk + (heads + g) * dim, sizeof(bf16) * dim);
+        memcpy(a->values + (g * a->cap + a->past) * dim, v + g * dim, sizeof(bf16) * dim);
+    }
+    const unsigned char self_visible = 1;
+    if (bs_attend(1, kv, heads / kv, dim, qk, a->keys, a->values, a->cap, a->past, a->lo, &self_visible, a->scaling,
+                  attn, a->threads) != 0)
+        return -1;
+    if (a->qmm(a->o, 1, attn, heads * dim, o, a->hidden, 0, a->threads, a->isa) != 0) return -1;
+    bs_add_rms(1, a->hidden, x, o, a->post_scale, a->post_eps, a->pre_scale, a->pre_eps, x, h);
+    return a->qmm(a->gate_up, 1, h, a->hidden, gate_up, a->gate_up_n, 0, a->threads, a->isa);
+}
+
+/* The feed-forward half's end for one row: the down product of ``act`` (``k`` wide), the
+ * residual add and the next norm (``x`` and ``h`` in place). ``scratch``: bf16 of ``hidden``. */
+int bs_layer_down(qmm_fn qmm, long isa, long threads, const void *down, long k, long hidden, const bf16 *act,
+                  const float *post_scale, float post_eps, const float *next_scale, float next_eps, bf16 *x, bf16 *h,
+                  bf16 *scratch) {
+    if (qmm(down, 1, act, k, scratch, hidden, 0, threads, isa) != 0) return -1;
+    bs_add_rms(1, hidden, x, scratch, post_scale, post_eps, next_scale, next_eps, x, h);
+    return 0;
+}

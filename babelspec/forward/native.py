@@ -30,6 +30,7 @@ import tempfile
 import warnings
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -43,7 +44,19 @@ SIGNATURES = {  # name -> (argument types, result type)
     "bs_qk_rope": ([_L, _L, _L, _P, _L, _P, _F, _P, _P, _P], None),
     "bs_certify": ([_L, _L, _P, _P, _F, _F, _P, _P, _P, _F, _F, _F, _F, _P, _L, _P], _L),
     "bs_attend": ([_L, _L, _L, _L, _P, _P, _P, _L, _L, _P, _P, _F, _P, _L], ctypes.c_int),
+    "bs_layer_attention": ([_P, _P, _P, _P, _P], ctypes.c_int),
+    "bs_layer_down": ([_P, _L, _L, _P, _L, _L, _P, _P, _F, _P, _F, _P, _P, _P], ctypes.c_int),
 }
+
+
+class LayerArgs(ctypes.Structure):
+    """``layer_args`` of native.c: what ``bs_layer_attention`` needs of a layer for one row."""
+
+    _fields_ = [("qmm", _P), ("isa", _L), ("threads", _L), ("qkv", _P), ("o", _P), ("gate_up", _P),
+                ("qkv_n", _L), ("gate_up_n", _L), ("hidden", _L), ("heads", _L), ("kv_heads", _L), ("dim", _L),
+                ("qk_scale", _P), ("qk_eps", _F), ("cos", _P), ("sin", _P), ("keys", _P), ("values", _P),
+                ("cap", _L), ("past", _L), ("lo", _P), ("scaling", _F), ("post_scale", _P), ("pre_scale", _P),
+                ("post_eps", _F), ("pre_eps", _F)]  # fmt: skip
 
 
 FLAGS = ("-O3", "-shared", "-fPIC", "-fopenmp")  # -fopenmp: blocks share rows among torch's threads
@@ -100,6 +113,8 @@ class Glue:
         self._qk_rope = self.lib.bs_qk_rope
         self._certify = self.lib.bs_certify
         self._attend = self.lib.bs_attend
+        self._layer_attention = self.lib.bs_layer_attention
+        self._layer_down = self.lib.bs_layer_down
 
     @staticmethod
     def usable(x: torch.Tensor) -> bool:
@@ -155,6 +170,23 @@ class Glue:
                         torch.get_num_threads()) != 0:  # fmt: skip
             raise MemoryError(f"no memory for the attention of a {n}-token block")
         return out
+
+    def layer_attention(self, args: LayerArgs, x: torch.Tensor, h: torch.Tensor, gate_up: torch.Tensor,
+                        scratch: torch.Tensor) -> None:  # fmt: skip
+        """One row through a layer's attention half (``bs_layer_attention``): ``x`` and ``h`` in
+        place, the gate/up product into ``gate_up``; the key and value cached at ``args.past``."""
+        if self._layer_attention(ctypes.byref(args), x.data_ptr(), h.data_ptr(), gate_up.data_ptr(),
+                                 scratch.data_ptr()) != 0:  # fmt: skip
+            raise MemoryError("no memory for a layer's one-row step")
+
+    def layer_down(self, args: LayerArgs, down: Any, act: torch.Tensor, post: tuple[torch.Tensor, float],
+                   after: tuple[torch.Tensor, float], x: torch.Tensor, h: torch.Tensor, scratch: torch.Tensor) -> None:  # fmt: skip
+        """The down product of one row's activation ``act``, the residual add and the next norm
+        (``bs_layer_down``): ``x`` and ``h`` in place."""
+        if self._layer_down(args.qmm, args.isa, args.threads, down._handle, down.k, args.hidden, act.data_ptr(),
+                            post[0].data_ptr(), post[1], after[0].data_ptr(), after[1], x.data_ptr(), h.data_ptr(),
+                            scratch.data_ptr()) != 0:  # fmt: skip
+            raise MemoryError("no memory for a layer's one-row step")
 
     def certify(self, k: int, sums: tuple[torch.Tensor, torch.Tensor], scales: tuple[float, float],
                 per_token: tuple[torch.Tensor, ...], per_row: tuple[float, ...], cap: int) -> torch.Tensor | None:
