@@ -175,3 +175,14 @@ def test_flores200_cut_summarises_a_store(tmp_path):
     rows = result["languages"]  # two tasks: a row per language and task
     assert rows["amh translation"]["held_out"] == 2.0 and rows["yor story"]["router"] == "none"
     assert result["summary"]["all drafters"]["router_plain"] == 2 and "without fast" in result["summary"]
+
+
+def test_stack_step_times_the_parts_and_finds_the_one_row_layers_equal(tmp_path):
+    """On the real default model (a gguf target): every part timed, and a decode step with and
+    without the one-row C layers gives equal logits."""
+    out = tmp_path / "stack.json"
+    _run("stack_step.py", "--repeats", "2", "--context", "40", "--threads", "1", "--row-steps", "-o", str(out))
+    result = json.loads(out.read_text())
+    assert result["precision"] == "gguf" and set(result["head_rows_ms"]) == {"1", "5", "8"}
+    assert result["row_steps"]["logits_equal"] is True
+    assert result["layers_pass_ms"] > 0 and result["restricted_head_rows"] > 1000

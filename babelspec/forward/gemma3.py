@@ -335,7 +335,7 @@ class LeanGemma3(Forward):
         from babelspec.forward.native import LayerArgs
         from babelspec.forward.qmm import QProduct
 
-        if self.quantize != "gguf" or not self.rowwise or self.glue is None or self.keys_t:
+        if not self.options.row_steps or self.quantize != "gguf" or not self.rowwise or self.glue is None or self.keys_t:
             return None
         products = [(layer.qkv, layer.o, layer.gate_up, layer.down) for layer in self.layers]
         flat = [p for ps in products for p in ps]

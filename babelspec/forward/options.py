@@ -32,6 +32,13 @@ class ForwardOptions:
     decoding and 1.10x under the paper's sampling (medians over the languages,
     ``benchmarks/results/certified_head.json``), and it serves greedy and top-k rows only.
 
+    ``row_steps``: a block of one row (a decode step, a step of ``gguf:LANG``) on the GGUF's blocks
+    runs each layer in two C calls around the activation (``native.bs_layer_attention`` and
+    ``bs_layer_down``) instead of the glue's 20-odd calls and torch operations a layer: the same
+    functions in the same order, so the same bits. A decode step 8.98 against 10.56 ms at 300
+    cached tokens, 2 threads, 2-core Zen 4 (``benchmarks/stack_step.py --row-steps``,
+    ``benchmarks/results/stack_step.json``). Needs ``native``.
+
     ``merge_max_tokens``: the batcher shares a forward only among blocks this short (decode steps
     and verifications; a prefill runs alone); on the paths that are not exact (float32, fuse off,
     int8 drafters) longer blocks also take Hugging Face's products one for one.
@@ -49,6 +56,7 @@ class ForwardOptions:
     native: bool = True
     merge_max_tokens: int = MERGE_MAX_TOKENS
     head: str = "full"
+    row_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
