@@ -21,6 +21,7 @@ from babelspec.drafters.stackhead import StackHeadDrafter
 from babelspec.drafters.vocabhead import restricted_drafter
 from babelspec.engine import generate
 from babelspec.errors import UserError
+from babelspec.experiments.divergence import language_divergence
 from babelspec.forward.qmm import QProduct
 from babelspec.machine import EXACT_BF16, execution_plan
 from babelspec.models import DEFAULT_TARGET
@@ -166,3 +167,15 @@ def test_the_server_on_the_default_mode_answers_plain_greedy_tokens(gguf, tmp_pa
         assert got == expected
     finally:
         server.close()
+
+
+def test_the_divergence_of_the_self_drafter_on_the_targets_steps(gguf):
+    """The study's divergence measurement drives a drafter outside the engine's loop; the drafter
+    on the target's own steps then has the target's cache cropped to its pending token after each
+    proposal, as verification would: every position is judged, and its distribution is close to
+    the target's (the target's own hidden states under the language's rows)."""
+    drafter = make_drafter("gguf:amh", gguf)
+    result = language_divergence(gguf, drafter, monolingual("amh")[:2], SamplingConfig(greedy=False, top_k=100, top_p=0.9),
+                                 "amh", "gguf", max_tokens=24)  # fmt: skip
+    assert result.n_tokens == 48 and result.covered == 1.0
+    assert result.expected_alpha > 0.6, result

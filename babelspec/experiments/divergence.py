@@ -56,10 +56,13 @@ def text_divergence(
     sequence = torch.tensor(ids)
     q_all = logits_to_probs(logits[:-1], sampling, sequence, first_position=1).numpy()
     generator = torch.Generator().manual_seed(seed)
+    target.reset()  # a drafter on the target's own steps (``drafters.stackhead``) steps it from the start
     drafter.start(ids[:1], sampling, generator)
     tv_sum, covered = 0.0, 0
     for t in range(1, len(ids)):
         draft = drafter.propose(1)
+        if draft.hidden is not None:  # its rows are in the target's cache: keep the pending token's, as verification does
+            target.crop_or_replay(target.cached_len - draft.hidden.shape[1] + 1)
         if len(draft):
             tv_sum += _tv_row(q_all[t - 1], draft.probs)
             covered += 1
