@@ -89,8 +89,8 @@ def execution_plan(target: Any) -> dict[str, Any]:
         plan["precision"] = target.precision
     if getattr(impl, "product_kernel", None):  # the gguf mode: products on the file's blocks
         plan["weights"], plan["kernel"] = "gguf", impl.product_kernel
-    if getattr(impl, "row_steps_in_c", False):  # a one-row block's layers in C (``LeanGemma3._one_row_layers``)
-        plan["row_steps"] = "c"
+    if hasattr(impl, "row_steps_in_c"):  # a one-row block's layers: in C (``LeanGemma3._one_row_layers``)
+        plan["row_steps"] = "c" if impl.row_steps_in_c else "block"  # or as any block's
     if getattr(impl, "exact", False):
         plan["exact"] = EXACT_BF16
     else:
@@ -110,6 +110,8 @@ def describe_plan(plan: dict[str, Any] | None) -> str:
              f"{plan.get('cache', '?')} KV cache"]
     if plan.get("kernel"):
         parts.append(f"{plan['weights']} weights ({plan['kernel']} kernel)")
+    if plan.get("row_steps") == "c":
+        parts.append("one-row steps in C")
     if plan.get("exact"):
         parts.append(f"exact: {plan['exact']}")
     if plan.get("head"):
