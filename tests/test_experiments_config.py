@@ -58,6 +58,8 @@ def test_aliases_resolve_and_a_config_round_trips(tmp_path):
     ({"drafters": [{"kind": "ngram", "distil": []}]}, "distil must be"),
     ({"router": {"rule": "bayes"}}, r"\[router\] rule must be one of 'interval', 'pooled' .got 'bayes'."),
     ({"router": {"level": 0.9}}, r"\[router\].*unknown key.*'level'"),
+    ({"drafters": [{"kind": "head", "predict_tokens": -1}]}, "predict_tokens must be a whole number of tokens >= 0"),
+    ({"drafters": [{"kind": "head", "predict_threshold": 1.5}]}, "predict_threshold must be a probability .*got 1.5"),
 ])
 def test_bad_configs_name_the_problem(data, message):
     with pytest.raises(ConfigError, match=message):

@@ -198,6 +198,7 @@ def test_a_restricted_head_setting_counts_its_rows_on_the_language_text(tmp_path
 
     from babelspec.drafters.vocab import language_token_ids
     from babelspec.models import load_tokenizer
+    from babelspec.target import load_target
 
     tiny_model_dir(tmp_path / "model")
     cfg_path = tmp_path / "c.toml"
@@ -227,7 +228,11 @@ def test_a_restricted_head_setting_counts_its_rows_on_the_language_text(tmp_path
     spec, spec1 = summary.specs[("int8", "yor")], summary.specs[("int8-1", "yor")]
     assert spec.startswith("int8:") and spec.endswith(".npy") and spec1.startswith("int8:1@")
     rows = np.load(spec.removeprefix("int8:"))
-    assert np.array_equal(rows, language_token_ids("yor", load_tokenizer(str(tmp_path / "model"))))
+    tokenizer = load_tokenizer(str(tmp_path / "model"))
+    model = load_target(str(tmp_path / "model")).model
+    assert np.array_equal(rows, language_token_ids("yor", tokenizer, model=model))
+    # with the tokens the model finds likely on the text beside the text's own
+    assert len(rows) > len(language_token_ids("yor", tokenizer))
     assert summary.generated == 2 * 3 and not summary.skipped
 
 
@@ -247,8 +252,9 @@ def test_a_head_setting_for_a_language_beyond_the_bundled_ones_reads_its_real_te
         pytest.skip("no corpora folder: set BABELSPEC_CORPORA (make test does)")
     cfg = load_config_text(f'languages = ["hau_Latn"]\n[data]\ndefault = "real"\nroot = "{root}"\n')
     tokenizer = load_tokenizer("gemma-3-270m")
-    target = type("T", (), {"tokenizer": tokenizer})()
-    req = PrepareRequest(DrafterSetting(name="int8", kind="head"), "hau_Latn", "gemma-3-270m", target,
+    target = type("T", (), {"tokenizer": tokenizer})()  # the text's rows alone: no model to predict more
+    setting = DrafterSetting(name="int8", kind="head", options={"predict_tokens": 0})
+    req = PrepareRequest(setting, "hau_Latn", "gemma-3-270m", target,
                          tmp_path, log=lambda m: None, data=cfg.data)  # fmt: skip
     spec = prepare(req)
     rows = np.load(spec.removeprefix("int8:"))

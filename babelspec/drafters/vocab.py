@@ -6,6 +6,12 @@ paper's sampling a small target drifts into English words that are not in the pr
 the tokens Gemma-3-270M sampled in 4 held-out amh translations lay outside the amh corpus's
 1,885 tokens), and a draft with no row for them can only be rejected there.
 
+A head can also keep the tokens the target itself finds likely on the language's text
+(``predicted_token_ids``): the corpus's own tokens missed 19 % of the tokens Gemma-3-270M sampled in
+held-out Occitan and Asturian FLORES-200 translations (the target strays into neighbouring
+languages' words), and since a restricted head's draft is the target's distribution renormalised on
+its rows, those misses are what its acceptance loses.
+
 Computed once per (language, tokenizer, corpus) and cached as a sorted ``.npy`` of token ids
 in the user's cache, keyed by a fingerprint of the tokenizer and the corpus text.
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +40,16 @@ VOCAB_FORMAT = 2
 # npi 15 -> 14 from 2k on. 4k rows add 5 MB to a 2-7k-row head; `babelspec bench quant`
 # measures the drafters' α and speedup per language.
 SOURCE_TOKENS = 4000
+# The target's likely tokens on the language's text (``predicted_token_ids``): every id it gives
+# probability >= PREDICT_THRESHOLD at some position of the first PREDICT_TOKENS tokens, teacher-
+# forced. Tokens the target sampled in the held-out translations of the wide profile's run that lay
+# outside the head's rows: oci 18.8 % -> 2.5 %, ast_Latn 18.7 -> 6.8, hin_Deva 8.2 -> 6.6, som_Latn
+# 5.6 -> 4.4, for 1.6-5.8k more rows (0.05 -> 0.08 ms a draft); a threshold of 0.0005 gained at most 2
+# points more for 3.5k rows more, the target's top-p nucleus under the paper's sampling half as much
+# (benchmarks/vocab_coverage.py, benchmarks/results/vocab_coverage.json).
+PREDICT_TOKENS = 1024
+PREDICT_THRESHOLD = 1e-3
+PREDICT_WINDOW = 256  # positions scored in one forward (their logits: 256 MB of float32)
 
 
 def _tokenizer_key(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -80,6 +96,34 @@ def frequent_token_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase,
     return np.sort(ranked[counts[ranked] > 0])
 
 
+def predicted_token_ids(model: Any, tokenizer: PreTrainedTokenizerBase, texts: Iterable[str], *,
+                        tokens: int = PREDICT_TOKENS, threshold: float = PREDICT_THRESHOLD) -> np.ndarray:
+    """Sorted ids ``model`` (a causal LM module: ``model(input_ids=...).logits``) gives probability
+    >= ``threshold`` at some position of the first ``tokens`` tokens of ``texts`` (joined by new
+    lines), teacher-forced in windows of ``PREDICT_WINDOW`` positions, each from the text's start
+    of the window (a BOS token first). Empty where ``tokens`` is 0."""
+    import torch
+
+    if tokens < 0 or not 0.0 < threshold < 1.0:
+        raise UserError(f"predicted tokens need tokens >= 0 and 0 < threshold < 1 (got {tokens}, {threshold})")
+    ids: list[int] = []
+    for text in texts:
+        if len(ids) >= tokens:
+            break
+        ids.extend(tokenizer(text + "\n", add_special_tokens=False)["input_ids"])
+    ids = ids[:tokens]
+    bos = tokenizer.bos_token_id
+    seen = np.zeros(0, dtype=np.int64)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for begin in range(0, len(ids), PREDICT_WINDOW):
+            window = ([bos] if bos is not None else []) + ids[begin : begin + PREDICT_WINDOW]
+            logits = model(input_ids=torch.tensor([window], device=device)).logits[0].float()
+            likely = torch.nonzero(logits.softmax(-1) > threshold)[:, 1].unique().cpu().numpy()
+            seen = np.union1d(seen, likely)
+    return seen.astype(np.int64)
+
+
 def _text_digest(texts: Iterable[str]) -> str:
     digest = hashlib.sha256()
     for text in texts:
@@ -108,11 +152,14 @@ def vocabulary_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase,
     return ids
 
 
-def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tokens: int = SOURCE_TOKENS) -> np.ndarray:
+def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tokens: int = SOURCE_TOKENS, *,
+                       model: Any = None, predict_tokens: int = PREDICT_TOKENS,
+                       predict_threshold: float = PREDICT_THRESHOLD) -> np.ndarray:  # fmt: skip
     """Token ids that occur in the language's monolingual train split, and the ``source_tokens``
-    most frequent ones of the English sources of every bundled language's parallel train split
-    (cached). A language the bundled dataset does not hold takes a vocabulary file instead
-    (``save_vocabulary``; the experiment runner's ``kind = "head"`` writes one from its real text)."""
+    most frequent ones of the English sources of every bundled language's parallel train split,
+    and with a ``model`` those it finds likely on that text (``predicted_token_ids``; cached). A
+    language the bundled dataset does not hold takes a vocabulary file instead (``save_vocabulary``;
+    the experiment runner's ``kind = "head"`` writes one from its real text)."""
     from babelspec.data.corpus import monolingual
     from babelspec.data.languages import get_language
 
@@ -129,12 +176,23 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
     sources = english_source_texts() if source_tokens else []
     key = (f"{code}-{_tokenizer_key(tokenizer)}-{_text_digest(texts)}-en{source_tokens}-{_text_digest(sources)}"
            f"-v{VOCAB_FORMAT}")  # fmt: skip
+    if model is not None and predict_tokens:
+        key += f"-p{predict_tokens}-{predict_threshold:g}-{_model_key(model)}"
     path = cache_dir() / "vocab" / f"{key}.npy"
     if path.is_file():
         return np.load(path)
     ids = vocabulary_ids(texts, tokenizer, source_tokens)
+    if model is not None and predict_tokens:
+        ids = np.union1d(ids, predicted_token_ids(model, tokenizer, texts, tokens=predict_tokens,
+                                                  threshold=predict_threshold))  # fmt: skip
     _save_atomic(path, ids)
     return ids
+
+
+def _model_key(model: Any) -> str:
+    """A short hash of a model's output head (its first rows): what its predictions depend on."""
+    head = model.get_output_embeddings().weight
+    return hashlib.sha256(head[:16].detach().float().cpu().numpy().tobytes()).hexdigest()[:12]
 
 
 def save_vocabulary(path: str | Path, ids: np.ndarray) -> None:

@@ -195,7 +195,7 @@ def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name:
     elif target.tokenizer is None:
         raise UserError(f"drafter {name!r} needs a target with a tokenizer to build its vocabulary")
     else:
-        ids = torch.from_numpy(language_token_ids(lang, target.tokenizer))
+        ids = torch.from_numpy(language_token_ids(lang, target.tokenizer, model=target.model))
     ids = ids[ids < target.vocab_size]
     body = target.model
     if k is not None and k < num_layers(target.model):

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from babelspec.experiments.config import DISTIL_MODES, DrafterSetting
 
 
@@ -51,6 +53,11 @@ class PrepareRequest:
         """A file or folder name keyed by everything that determines the artifact."""
         fields = {"target": self.target_spec, "lang": self.language, "kind": self.setting.kind,
                   "options": self.setting.options}
+        if self.setting.kind == "head":  # the rows: the corpus's tokens and the target's likely ones
+            from babelspec.drafters.vocab import PREDICT_THRESHOLD, PREDICT_TOKENS
+
+            fields["predicted"] = [self.setting.options.get("predict_tokens", PREDICT_TOKENS),
+                                   self.setting.options.get("predict_threshold", PREDICT_THRESHOLD)]
         sources = [str(s) for s in self.corpus_sources()]
         if sources != ["bundled@train"]:
             fields["corpus"] = sources
@@ -201,17 +208,25 @@ def _distil_ngram(req: PrepareRequest, texts: list[str], count: dict[str, Any], 
 def _prepare_head(req: PrepareRequest) -> str:
     """The target drafting for itself under a head restricted to the language's tokens
     (``drafters.vocabhead``): the rows are counted on the setting's monolingual text, so a
-    language the bundled dataset does not hold gets its head from its real sets. Options:
+    language the bundled dataset does not hold gets its head from its real sets, with the tokens
+    the target itself finds likely on that text (``drafters.vocab.predicted_token_ids``). Options:
     ``quantize`` (``"int8"``, the default; ``"gguf"``, the layers on a gguf target's own blocks;
-    or ``"none"``) and ``layers`` (all when absent)."""
+    or ``"none"``), ``layers`` (all when absent), ``predict_tokens`` (the positions the target
+    reads; 0: the corpus's tokens alone) and ``predict_threshold``."""
     vocab = _require("babelspec.drafters.vocab", "the restricted-head drafter")
-    quantize = req.setting.options.get("quantize", "int8")
-    layers = req.setting.options.get("layers")
+    options = req.setting.options
+    quantize, layers = options.get("quantize", "int8"), options.get("layers")
+    tokens = options.get("predict_tokens", vocab.PREDICT_TOKENS)
+    threshold = options.get("predict_threshold", vocab.PREDICT_THRESHOLD)
     path = req.artifact_path(".npy")
     if not path.is_file():
         texts = _monolingual_train(req)
         req.log(f"counting {req.setting.name}'s rows for {req.language} on {len(texts)} texts")
-        vocab.save_vocabulary(path, vocab.vocabulary_ids(texts, req.target.tokenizer))
+        ids = vocab.vocabulary_ids(texts, req.target.tokenizer)
+        if tokens:
+            ids = np.union1d(ids, vocab.predicted_token_ids(req.target.model, req.target.tokenizer, texts,
+                                                            tokens=tokens, threshold=threshold))  # fmt: skip
+        vocab.save_vocabulary(path, ids)
     at = f"{layers}@" if layers else ""
     if quantize in ("int8", "gguf"):
         return f"{quantize}:{at}{path}"

@@ -162,8 +162,9 @@ class RunPlan:
 # in seconds, a distilled n-gram scores the target over its text (and answers its prompts).
 # Measured on a 2-core Zen 4 (babelspec/profiles/flores200.toml, stage_seconds): counting a bigram on SIB-200 +
 # NTREX + OLDI 0.05-2 s, a general distillation of 4,096 positions 9-12 s per language, a restricted
-# head's rows (kind = "head") the same text's tokenisation.
-PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 2.0, "ngram_distil_mode": 24.0, "head": 2.0}
+# head's rows (kind = "head") the same text's tokenisation and the target teacher-forced over 1,024 of
+# its tokens (about 3 s: drafters.vocab.predicted_token_ids).
+PREPARE_SECONDS = {"distilled_overhead": 90.0, "ngram": 2.0, "ngram_distil_mode": 24.0, "head": 5.0}
 
 
 def estimate_prepare_seconds(setting: Any) -> float:

@@ -235,6 +235,7 @@ typedef struct {
     float scaling;
     bf16 *out;
     long heads, kv, first_row, row_step;
+    long head0, nheads; /* the query heads of key/value head kv this job computes: head0 .. head0 + nheads */
     int failed;
 } attend_job;
 
@@ -311,7 +312,7 @@ static inline __attribute__((always_inline)) void dot_heads2(const float *q, con
  * Heads run HEADS at a time where they can, one at a time otherwise: the same operations. */
 static inline __attribute__((always_inline)) void attend_row(const attend_job *j, const float *qf, const long *idx,
                                                              long count, float *s, bf16 *out) {
-    long dim = j->dim, groups = j->groups, h = 0;
+    long dim = j->dim, groups = j->nheads, h = 0;
     for (; h + HEADS <= groups; h += HEADS) {
         long c = 0;
         for (; c + 2 <= count; c += 2)
@@ -387,11 +388,11 @@ CLONES static void attend_rows(attend_job *j) {
         for (long p = j->lo[i]; p < j->past; p++) idx[count++] = p;
         for (long b = 0; b < n; b++)
             if (j->mask[i * n + b]) idx[count++] = j->past + b;
-        for (long h = 0; h < groups; h++) {
-            const bf16 *qr = j->q + ((j->kv * groups + h) * n + i) * dim;
+        for (long h = 0; h < j->nheads; h++) {
+            const bf16 *qr = j->q + ((j->kv * groups + j->head0 + h) * n + i) * dim;
             for (long d = 0; d < dim; d++) qf[h * dim + d] = to_f(qr[d]);
         }
-        attend_row(j, qf, idx, count, scores, j->out + (i * j->heads + j->kv * groups) * dim);
+        attend_row(j, qf, idx, count, scores, j->out + (i * j->heads + j->kv * groups + j->head0) * dim);
     }
 done:
     free(qf), free(scores), free(idx);
@@ -427,21 +428,25 @@ static void run_attend(attend_job *jobs, long threads) {
  * mask[i * n + j] != 0; out: [n, kv_heads * groups, dim] bf16. Scores are (q . k) * scaling in
  * float32, exp(s - max) by expf, summed in key order; the output is sum_p e_p v_p in key order,
  * times 1 / sum. The rows of a block of 2 or more are shared among ``threads`` threads (torch's OpenMP
- * ones). Returns 0, or -1 when memory could not be had. */
+ * ones); a lone row's query heads are. Returns 0, or -1 when memory could not be had. */
 int bs_attend(long n, long kv_heads, long groups, long dim, const bf16 *q, const bf16 *keys, const bf16 *values,
               long cap, long past, const long *lo, const unsigned char *mask, float scaling, bf16 *out,
               long threads) {
     if (groups > 64) return -1;
-    if (n < GLUE_THREAD_ROWS) threads = 1;
-    if (threads > n) threads = n;
+    /* a lone row (a decode step) shares its query heads among the threads instead: each head's
+     * arithmetic is the same whichever thread runs it and with whichever heads beside it */
+    int by_heads = n < GLUE_THREAD_ROWS;
+    if (threads > (by_heads ? groups : n)) threads = by_heads ? groups : n;
     if (threads > 64) threads = 64;
     if (threads < 1) threads = 1;
     attend_job jobs[64];
     int failed = 0;
     for (long kv = 0; kv < kv_heads; kv++) {
         for (long t = 0; t < threads; t++) {
+            long h0 = by_heads ? t * groups / threads : 0, h1 = by_heads ? (t + 1) * groups / threads : groups;
             jobs[t] = (attend_job){n, groups, dim, past, past + n, q, keys + kv * cap * dim, values + kv * cap * dim,
-                                   lo, mask, scaling, out, kv_heads * groups, kv, t, threads, 0};
+                                   lo, mask, scaling, out, kv_heads * groups, kv, by_heads ? 0 : t,
+                                   by_heads ? 1 : threads, h0, h1 - h0, 0};
         }
         run_attend(jobs, threads);
         for (long t = 0; t < threads; t++) failed |= jobs[t].failed;
