@@ -186,3 +186,37 @@ def test_stack_step_times_the_parts_and_finds_the_one_row_layers_equal(tmp_path)
     assert result["precision"] == "gguf" and set(result["head_rows_ms"]) == {"1", "5", "8"}
     assert result["row_steps"]["logits_equal"] is True
     assert result["layers_pass_ms"] > 0 and result["restricted_head_rows"] > 1000
+
+
+def test_vocab_coverage_counts_the_sampled_tokens_outside_a_runs_rows(model, tmp_path):
+    """A tiny run with a restricted head and plain decoding; the bench counts the tokens plain
+    decoding sampled outside the head's rows, fewer (or as few) with the model's likely tokens."""
+    import textwrap
+
+    from babelspec.experiments.config import load_config
+    from babelspec.experiments.runner import run_experiment
+
+    cfg_path = tmp_path / "c.toml"
+    cfg_path.write_text(textwrap.dedent(f"""
+        name = "cover"
+        target = "{model}"
+        languages = ["yor"]
+        tasks = ["translation"]
+        gammas = [2]
+        prompts_per_cell = 2
+        max_new_tokens = 8
+        [divergence]
+        enabled = false
+        [[drafters]]
+        name = "head"
+        kind = "head"
+        quantize = "none"
+        predict_tokens = 0
+    """))
+    run_experiment(load_config(cfg_path), tmp_path / "run", progress=False, log=lambda m: None)
+    out = tmp_path / "cover.json"
+    _run("vocab_coverage.py", str(tmp_path / "run"), "--langs", "yor", "--head", "head", "--tokens", "64",
+         "--thresholds", "0.01", "-o", str(out))
+    row = json.loads(out.read_text())["languages"][0]
+    assert row["sampled_tokens"] > 0 and 0 <= row["predicted"][0]["outside"] <= row["outside"] <= 1
+    assert row["predicted"][0]["rows"] >= row["rows"]

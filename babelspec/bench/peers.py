@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -248,24 +249,21 @@ def drafter_costs(target: Any, prompt: PromptItem, drafters: list[str], *, repea
     probe = prompt.ids[-1]
     times: dict[str, list[float]] = {"target_1": [], "target_verify": [], **{s: [] for s in made}}
 
-    def timed(key: str, lm: Any, ids: list[int], keep: int) -> None:
+    def timed(key: str, lm: Any, step: Callable[[], Any]) -> None:
         length = lm.cached_len
         t0 = time.perf_counter()
-        lm.forward(ids, logits_to_keep=keep)
+        step()
         times[key].append(time.perf_counter() - t0)
         lm.crop_or_replay(length)
 
     for _ in range(repeats + 1):  # the first round warms up and is dropped
-        timed("target_1", target, [probe], 0)
-        timed("target_verify", target, [probe] * (gamma + 1), 0)
+        timed("target_1", target, lambda: target.forward([probe], logits_to_keep=0))
+        timed("target_verify", target, lambda: target.forward([probe] * (gamma + 1), logits_to_keep=0))
         for spec, drafter in made.items():
             if hasattr(drafter, "lm"):
-                timed(spec, drafter.lm, [probe], 1)
+                timed(spec, drafter.lm, lambda lm=drafter.lm: lm.forward([probe], logits_to_keep=1))
             else:  # a drafter on the target's own steps (``stackhead``): one step's layers and its head
-                length, t0 = target.cached_len, time.perf_counter()
-                drafter.head.logits_of(target.forward_hidden([probe]))
-                times[spec].append(time.perf_counter() - t0)
-                target.crop_or_replay(length)
+                timed(spec, target, lambda d=drafter: d.head.logits_of(target.forward_hidden([probe])))
     med = {k: statistics.median(v[1:]) for k, v in times.items()}
     out = {"target_forward_ms": round(med["target_1"] * 1e3, 2),
            "target_verify_ms": round(med["target_verify"] * 1e3, 2)}

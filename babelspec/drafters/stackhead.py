@@ -25,8 +25,9 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Draft, Drafter, Verdict
+from babelspec.drafters.columns import HeadColumns
 from babelspec.drafters.model import _numpy_rng
-from babelspec.sampling import Probs, SamplingConfig, warp
+from babelspec.sampling import Probs, SamplingConfig
 from babelspec.target import Target
 
 
@@ -41,19 +42,13 @@ class StackHeadDrafter(Drafter):
         self.vocab_size = head.vocab_size
         self.ids: list[int] = []
         self._seconds: list[float] = []
-        self._pad = torch.full((1, 1), float("-inf"))
+        self.columns = HeadColumns(head)
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self.sampling, self.generator = sampling, generator
-        self.rng = _numpy_rng(generator)
+        self.sampling, self.rng = sampling, _numpy_rng(generator)
         self.ids = list(context_ids)
         self._seconds = []
-        self.head.set_extra(context_ids)
-        self._columns_changed()
-
-    def _columns_changed(self) -> None:
-        self._column_of = self.head.column.cpu().numpy()
-        self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
+        self.columns.start(context_ids)
 
     def propose(self, gamma: int) -> Draft:
         """γ tokens, each drawn from the restricted head over the target's hidden state after the
@@ -82,19 +77,13 @@ class StackHeadDrafter(Drafter):
     @torch.inference_mode()
     def _probs(self, hidden: torch.Tensor, sequence: np.ndarray, position: int) -> Probs:
         """One row over the head's columns, in full-vocabulary ids (zero outside them)."""
-        logits = self.head.logits_of(hidden)[0].float()  # [1, columns]
-        logits = torch.cat([logits, self._pad], 1)  # column n: every id outside the set, at -inf
-        columns = self._column_of[sequence]  # the repetition penalty looks at past tokens' columns
-        return warp(logits, self.sampling, columns, first_position=position).with_ids(self._id_of)
+        return self.columns.probs(self.head.logits_of(hidden)[0], self.sampling, sequence, position)
 
     def commit(self, verdict: Verdict) -> None:
         """Keep the ids (the engine cropped the target's cache); where the target wrote a token
         outside the head's rows, the head scores it from the next draft on (as ``head:LANG``)."""
         self.ids = self.ids + list(verdict.kept) + [int(verdict.next_token)]
-        next_token = int(verdict.next_token)
-        outside = next_token < len(self._column_of) and self._column_of[next_token] == self.head.n_columns
-        if outside and self.head.add_extra([next_token]):
-            self._columns_changed()
+        self.columns.keep_stray(int(verdict.next_token))
 
     def forward_seconds(self) -> list[float]:
         return list(self._seconds)

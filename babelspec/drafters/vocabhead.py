@@ -31,10 +31,11 @@ import numpy as np
 import torch
 
 from babelspec.drafters.base import Drafter, Verdict
+from babelspec.drafters.columns import HeadColumns
 from babelspec.drafters.selfdraft import SelfDrafter, num_layers, truncated_model
 from babelspec.errors import UserError
 from babelspec.lm import CausalLM
-from babelspec.sampling import Probs, SamplingConfig, warp
+from babelspec.sampling import Probs, SamplingConfig
 from babelspec.target import Target
 
 # The most extra rows a generation adds to a restricted head (the prompt's tokens and those the
@@ -145,35 +146,23 @@ class VocabHeadDrafter(SelfDrafter):
         super().__init__(own, target, len(lm.body.layers), name=name)
         self.head = lm
         self.vocab_size = lm.vocab_size
+        self.columns = HeadColumns(lm)
 
     def start(self, context_ids: list[int], sampling: SamplingConfig, generator: torch.Generator) -> None:
-        self.head.set_extra(context_ids)
-        self._columns_changed()
-        self._pad = torch.full((1, 1), float("-inf"))
+        self.columns.start(context_ids)
         super().start(context_ids, sampling, generator)
-
-    def _columns_changed(self) -> None:
-        self._column_of = self.head.column.cpu().numpy()
-        self._id_of = np.append(self.head.index.cpu().numpy(), 0)  # the -inf column: probability 0
 
     def commit(self, verdict: Verdict) -> None:
         """As every drafter commits; and where the target wrote a token outside the head's rows
-        (a draft cannot propose it), the head scores that token from the next draft on. A
-        270M target's stories in a language it writes poorly stray into other scripts, and
-        the strays repeat."""
+        (a draft cannot propose it), the head scores that token from the next draft on
+        (``drafters.columns``)."""
         super().commit(verdict)
-        next_token = int(verdict.next_token)
-        outside = next_token < len(self._column_of) and self._column_of[next_token] == self.head.n_columns
-        if outside and self.head.add_extra([next_token]):
-            self._columns_changed()
+        self.columns.keep_stray(int(verdict.next_token))
 
     def next_probs(self, pending: list[int], sequence: np.ndarray, position: int) -> Probs:
         """One row over the kept columns, in full-vocabulary ids (zero outside them)."""
         logits = self.lm.forward(pending, logits_to_keep=1)  # [1, n columns]
-        logits = torch.cat([logits, self._pad], 1)  # column n: every id outside the set, at -inf
-        # The repetition penalty looks at past tokens: give it their column numbers.
-        columns = self._column_of[sequence]
-        return warp(logits, self.sampling, columns, first_position=position).with_ids(self._id_of)
+        return self.columns.probs(logits, self.sampling, sequence, position)
 
 
 def restricted_drafter(target: Target, *, k: int | None, lang: str | None, name: str,
