@@ -33,7 +33,7 @@ from babelspec.experiments.aggregate import (
     timing_checks,
     timing_load,
 )
-from babelspec.experiments.route_choice import build_router
+from babelspec.experiments.route_choice import build_router, chooser
 from babelspec.experiments.store import Store
 from babelspec.fileio import write_text_atomic
 from babelspec.machine import machine_kind
@@ -41,11 +41,12 @@ from babelspec.machine import machine_kind
 WIDE = Path(__file__).resolve().parent / "results" / "flores200_study.json"
 
 
-def summary(records, specs, drop=()) -> dict:
-    """The goals' numbers over the languages of ``records``, without the settings in ``drop``."""
+def summary(records, specs, rule: str, drop=()) -> dict:
+    """The goals' numbers over the languages of ``records``, without the settings in ``drop``,
+    the headline's setting and the router chosen under the run's router ``rule``."""
     rs = [r for r in records if r.drafter not in drop]
-    rows = language_summary(rs)
-    router = build_router(rs, {k: v for k, v in specs.items() if k[0] not in drop})
+    rows = language_summary(rs, chooser(rule))
+    router = build_router(rs, {k: v for k, v in specs.items() if k[0] not in drop}, rule=rule)
     routes = {(r.language, r.task): r for r in router.routes if r.task != "*"}
     held = [x.speedup for x in rows]
     routed = [routes[(x.language, x.task)].predicted_speedup for x in rows]
@@ -71,14 +72,15 @@ def main() -> None:
     records, llama = split_llama_cpp(records)  # llama.cpp (llama_cpp = true): a baseline, never a setting
     specs = {(r.drafter, r.language): r.drafter_spec for r in records if r.drafter != "none"}
     wide = {r["language"]: r for r in json.loads(WIDE.read_text())["across"]["rows"]}
-    router = build_router(records, specs)
+    rule = meta.get("config", {}).get("router", {}).get("rule", "interval")  # the run's [router] rule
+    router = build_router(records, specs, rule=rule)
     routes = {(r.language, r.task): r for r in router.routes if r.task != "*"}
     prompts = {}
     for r in records:
         prompts[r.language] = max(prompts.get(r.language, 0), r.prompt_index + 1)
     per_language = {}
     tasks = {r.task for r in records}
-    rows = language_summary(records)
+    rows = language_summary(records, chooser(rule))
     fill_vs_llama_cpp(rows, records, llama)
     for x in rows:
         w, route = wide.get(x.language), routes[(x.language, x.task)]
@@ -100,8 +102,8 @@ def main() -> None:
         "generations": len(records), "stage_seconds": {k: round(v, 1) for k, v in meta.get("stage_seconds", {}).items()
                                                         if not k.startswith("prepare ")},
         "prepare_seconds": round(sum(v for k, v in meta.get("stage_seconds", {}).items() if k.startswith("prepare ")), 1),
-        "summary": {"all drafters": summary(records, specs),
-                    **{f"without {d}": summary(records, specs, (d,)) for d in drafters}},
+        "summary": {"all drafters": summary(records, specs, rule),
+                    **{f"without {d}": summary(records, specs, rule, (d,)) for d in drafters}},
         "against_llama_cpp": against_llama_cpp([asdict(x) for x in rows]), "llama_cpp_generations": len(llama),
         "timing_checks": timing_checks(setting_stats(records)), "timing_load": timing_load(records),
         "languages": per_language,

@@ -287,3 +287,28 @@ def test_ensemble_estimates_leave_an_unpooled_setting_at_each_languages_own_mean
     est, post = ensemble_estimates(rows, cells), pooled_posteriors(rows)
     for k in cells:  # not shrunk, so not widened: each language's own mean
         assert est[k] == pytest.approx(post[k].own, rel=1e-12)
+
+
+def test_under_the_pooled_rule_the_headline_chooses_by_the_pooled_estimate():
+    """12 languages where a steady drafter pays 1.25x and a lucky one about 0.8x, except that in
+    amh the lucky one drew one 2.5x choosing prompt (choosing median 1.3x, above the steady
+    one's 1.25x): by the choosing medians amh's headline takes the lucky drafter and holds 0.8x;
+    by the pooled estimates (each shrunk towards its drafter's mean over languages) the steady
+    one, which holds 1.25x; the held-out runs follow the same choice."""
+    from babelspec.experiments.config import config_from_dict
+    from babelspec.experiments.held_out import chosen_settings
+    from babelspec.experiments.route_choice import chooser
+
+    steady = _wide_run({lang: [1.25] * 6 for lang in LANGS}, name="steady")
+    lucky = _wide_run({lang: ([1.3, 0.8, 2.5, 0.8, 0.9, 0.8] if lang == "amh" else [0.8, 0.8, 0.85, 0.8, 0.75, 0.8])
+                       for lang in LANGS}, name="lucky")  # fmt: skip
+    rows = steady + [r for r in lucky if r.drafter != "none"]
+    by_median = {x.language: x for x in agg.language_summary(rows)}
+    assert (by_median["amh"].drafter, by_median["amh"].speedup) == ("lucky", pytest.approx(0.8))
+    pooled = {x.language: x for x in agg.language_summary(rows, chooser("pooled"))}
+    assert (pooled["amh"].drafter, pooled["amh"].speedup) == ("steady", pytest.approx(1.25))
+    assert all(x.drafter == "steady" for x in pooled.values()) and chooser("interval") is None
+    specs = {(name, lang): f"{name}:x" for name in ("steady", "lucky") for lang in LANGS}
+    cfg = config_from_dict({"languages": LANGS, "tasks": ["translation"], "router": {"rule": "pooled"}})
+    assert ("steady", 4) in chosen_settings(cfg, rows, specs)[("amh", "translation")]
+    assert ("lucky", 4) not in chosen_settings(cfg, rows, specs)[("amh", "translation")]

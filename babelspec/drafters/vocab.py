@@ -190,9 +190,12 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
 
 
 def _model_key(model: Any) -> str:
-    """A short hash of a model's output head (its first rows): what its predictions depend on."""
-    head = model.get_output_embeddings().weight
-    return hashlib.sha256(head[:16].detach().float().cpu().numpy().tobytes()).hexdigest()[:12]
+    """A short hash of a model's output head (its first rows, in bf16: the same model loaded in
+    float32 or bf16 shares its likely tokens, which differ at most in a near-threshold one)."""
+    import torch
+
+    head = model.get_output_embeddings().weight[:16].detach().to(torch.bfloat16).float()
+    return hashlib.sha256(head.cpu().numpy().tobytes()).hexdigest()[:12]
 
 
 def save_vocabulary(path: str | Path, ids: np.ndarray) -> None:

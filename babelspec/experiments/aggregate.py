@@ -21,6 +21,7 @@ import math
 import warnings
 import zlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -370,7 +371,7 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
     return out
 
 
-def _score(s: SettingStats) -> float:
+def setting_score(s: SettingStats) -> float:
     """What 'best gamma' maximises: measured speedup when there is a baseline, else f."""
     if math.isfinite(s.speedup):
         return s.speedup
@@ -384,7 +385,7 @@ def best_gamma(stats: list[SettingStats]) -> dict[tuple[str, str, str], SettingS
         if s.drafter == BASELINE:
             continue
         key = (s.language, s.task, s.drafter)
-        if key not in best or _score(s) > _score(best[key]):
+        if key not in best or setting_score(s) > setting_score(best[key]):
             best[key] = s
     return best
 
@@ -404,12 +405,15 @@ def held_out_best(records: list[ExampleRecord]) -> list[SettingStats]:
     return out
 
 
-def best_per_cell(stats: list[SettingStats]) -> dict[tuple[str, str], SettingStats]:
-    """Per (language, task) the speculative setting with the highest score."""
+def best_per_cell(stats: list[SettingStats], score: Callable[[SettingStats], float] | None = None,
+                  ) -> dict[tuple[str, str], SettingStats]:  # fmt: skip
+    """Per (language, task) the speculative setting with the highest ``score`` (by default its
+    measured speedup, else f; ``route_choice.pooled_score``: its pooled estimate)."""
+    score = score or setting_score
     best: dict[tuple[str, str], SettingStats] = {}
     for s in best_gamma(stats).values():
         key = (s.language, s.task)
-        if key not in best or _score(s) > _score(best[key]):
+        if key not in best or score(s) > score(best[key]):
             best[key] = s
     return best
 
@@ -496,7 +500,12 @@ def fill_vs_llama_cpp(rows: list[LanguageSummary], records: list[ExampleRecord],
                 row.n_llama_cpp_pairs = len(values)
 
 
-def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:
+def language_summary(records: list[ExampleRecord],
+                     chooser: Callable[[list[ExampleRecord]], Callable[[SettingStats], float]] | None = None,
+                     ) -> list[LanguageSummary]:  # fmt: skip
+    """Per (language, task) the setting ``best_per_cell`` chooses on the choosing prompts, with
+    ``chooser(choosing records)``'s score where given (the run's router rule: ``route_choice.
+    chooser``), measured on the held-out ones."""
     choose, measure = held_out_split(records)
     everything, fit, held = setting_stats(records), setting_stats(choose), setting_stats(measure)
     # Latency per character on both sides over the same (held-out) prompts.
@@ -504,7 +513,7 @@ def language_summary(records: list[ExampleRecord]) -> list[LanguageSummary]:
     in_sample = best_per_cell(everything)
     held_index = {(s.language, s.task, s.drafter, s.gamma): s for s in held}
     out = []
-    for (lang, task), s in sorted(best_per_cell(fit).items()):
+    for (lang, task), s in sorted(best_per_cell(fit, chooser(choose) if chooser else None).items()):
         h = held_index.get((lang, task, s.drafter, s.gamma))
         p = plain.get((lang, task))
         best = in_sample.get((lang, task))

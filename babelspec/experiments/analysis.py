@@ -16,7 +16,7 @@ from babelspec.experiments import aggregate as agg
 from babelspec.experiments import paper
 from babelspec.experiments.across import MIN_LANGUAGES, across_languages, training_tokens
 from babelspec.experiments.divergence import resourcedness_correlation
-from babelspec.experiments.route_choice import build_router, ensemble_estimates
+from babelspec.experiments.route_choice import build_router, chooser, ensemble_estimates
 from babelspec.experiments.store import STORE_NAME, Store
 from babelspec.fileio import write_json_atomic
 from babelspec.machine import machines_summary
@@ -96,7 +96,7 @@ def analyse(store: Store, *, min_languages: int = MIN_LANGUAGES) -> dict[str, An
     # Chosen on the even prompts, predicted and reported from the odd ones.
     rule = meta.get("config", {}).get("router", {}).get("rule", "interval")  # the run's [router] rule
     router = build_router(records, specs, target=target, rule=rule)
-    languages_rows = agg.language_summary(records)
+    languages_rows = agg.language_summary(records, chooser(rule))
     agg.fill_vs_llama_cpp(languages_rows, records, llama)
     best = agg.held_out_best(records)
     routed = [r for r in router.routes if r.task != "*"]

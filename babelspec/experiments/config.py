@@ -327,24 +327,7 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
         raise ConfigError(f"{where}: adaptive must be true or false (each step's gamma from what the "
                           f"generation measured, drafters.adaptive), got {options['adaptive']!r}")
     if kind == "head":
-        unknown = sorted(set(options) - {"quantize", "layers", "corpus", "adaptive", "predict_tokens",
-                                         "predict_threshold"})  # fmt: skip
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for kind = \"head\"; "
-                              "allowed: quantize = \"int8\", layers = K, corpus, adaptive, predict_tokens, "
-                              "predict_threshold")
-        tokens, threshold = options.get("predict_tokens", 0), options.get("predict_threshold", 0.5)
-        if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
-            raise ConfigError(f"{where}: predict_tokens must be a whole number of tokens >= 0 (0: the corpus's "
-                              f"tokens alone), got {tokens!r}")
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
-            raise ConfigError(f"{where}: predict_threshold must be a probability between 0 and 1, got {threshold!r}")
-        if options.get("quantize", "int8") not in ("int8", "gguf", "none"):
-            raise ConfigError(f"{where}: quantize must be \"int8\", \"gguf\" (a gguf target's own blocks) or "
-                              f"\"none\", got {options['quantize']!r}")
-        layers = options.get("layers")
-        if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 1):
-            raise ConfigError(f"{where}: layers must be a whole number of layers >= 1, got {layers!r}")
+        _check_head_options(options, where)
     default_trained = options.get("mode", "task") if kind == "distilled" else ""
     trained_on = str(raw.get("trained_on", default_trained))
     if trained_on == "task":
@@ -358,6 +341,28 @@ def _parse_drafter(raw: Any, index: int) -> DrafterSetting:
         name=name, spec=spec, kind=kind, trained_on=trained_on, languages=list(langs),
         options=options,
     )  # fmt: skip
+
+
+def _check_head_options(options: dict, where: str) -> None:
+    """A kind = "head" setting's options, each checked with a message naming it."""
+    unknown = sorted(set(options) - {"quantize", "layers", "corpus", "adaptive", "predict_tokens",
+                                     "predict_threshold"})  # fmt: skip
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))} for kind = \"head\"; "
+                          "allowed: quantize = \"int8\", layers = K, corpus, adaptive, predict_tokens, "
+                          "predict_threshold")
+    tokens, threshold = options.get("predict_tokens", 0), options.get("predict_threshold", 0.5)
+    if not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0:
+        raise ConfigError(f"{where}: predict_tokens must be a whole number of tokens >= 0 (0: the corpus's "
+                          f"tokens alone), got {tokens!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 < threshold < 1:
+        raise ConfigError(f"{where}: predict_threshold must be a probability between 0 and 1, got {threshold!r}")
+    if options.get("quantize", "int8") not in ("int8", "gguf", "none"):
+        raise ConfigError(f"{where}: quantize must be \"int8\", \"gguf\" (a gguf target's own blocks) or "
+                          f"\"none\", got {options['quantize']!r}")
+    layers = options.get("layers")
+    if layers is not None and (not isinstance(layers, int) or isinstance(layers, bool) or layers < 1):
+        raise ConfigError(f"{where}: layers must be a whole number of layers >= 1, got {layers!r}")
 
 
 def config_from_dict(data: dict, source: str = "") -> ExperimentConfig:

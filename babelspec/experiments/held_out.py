@@ -25,7 +25,7 @@ from collections import defaultdict
 
 from babelspec.experiments.aggregate import best_per_cell, held_out_split, setting_stats
 from babelspec.experiments.config import ExperimentConfig
-from babelspec.experiments.route_choice import build_router
+from babelspec.experiments.route_choice import build_router, chooser
 from babelspec.experiments.store import ExampleRecord
 from babelspec.experiments.worker import WorkItem, plan
 from babelspec.router import ANY_TASK, BASELINE, LLAMA_CPP
@@ -46,8 +46,8 @@ def held_out_prompts(cfg: ExperimentConfig) -> list[int]:
 def chosen_settings(cfg: ExperimentConfig, records: list[ExampleRecord],
                     specs: dict[tuple[str, str], str]) -> dict[Cell, list[tuple[str, int]]]:  # fmt: skip
     """Per (language, task), the speculative (drafter, gamma) settings its held-out prompts run,
-    decided on the choosing prompts of ``records`` alone: the setting with the best measured
-    choosing speedup, and the router's choice (its per-task route and its per-language route)
+    decided on the choosing prompts of ``records`` alone: the headline's setting (the best
+    measured choosing speedup, or pooled estimate under the pooled rule), and the router's choice (its per-task route and its per-language route)
     under ``cfg.router.rule`` where that is another one. Plain decoding is never listed (it
     always runs)."""
     choose = held_out_split(records)[0]
@@ -57,7 +57,8 @@ def chosen_settings(cfg: ExperimentConfig, records: list[ExampleRecord],
         if setting[0] != BASELINE and setting not in out[cell]:
             out[cell].append(setting)
 
-    for (lang, task), s in sorted(best_per_cell(setting_stats(choose)).items()):
+    score = chooser(cfg.router.rule)
+    for (lang, task), s in sorted(best_per_cell(setting_stats(choose), score(choose) if score else None).items()):
         add((lang, task), (s.drafter, s.gamma))
     router = build_router(choose, specs, rule=cfg.router.rule)
     for route in router.routes:
