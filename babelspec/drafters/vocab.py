@@ -43,10 +43,10 @@ SOURCE_TOKENS = 4000
 # The target's likely tokens on the language's text (``predicted_token_ids``): every id it gives
 # probability >= PREDICT_THRESHOLD at some position of the first PREDICT_TOKENS tokens, teacher-
 # forced. Tokens the target sampled in the held-out translations of the wide profile's run that lay
-# outside the head's rows: oci 18.8 % -> 2.5 %, ast_Latn 18.7 -> 6.8, hin_Deva 8.2 -> 6.6, som_Latn
-# 5.6 -> 4.4, for 1.6-5.8k more rows (0.05 -> 0.08 ms a draft); a threshold of 0.0005 gained at most 2
-# points more for 3.5k rows more, the target's top-p nucleus under the paper's sampling half as much
-# (benchmarks/vocab_coverage.py, benchmarks/results/vocab_coverage.json).
+# outside the head's rows: oci 18.8 % -> 2.3 %, ast_Latn 18.7 -> 6.0, hin_Deva 8.2 -> 6.6, som_Latn
+# 5.6 -> 4.4, amh 33 -> 29, for 1.6-6k more rows (0.05 -> 0.08 ms a draft); a threshold of 0.0005
+# gained at most 2 points more for 3-4k rows more, the target's top-p nucleus under the paper's
+# sampling half as much (benchmarks/vocab_coverage.py, benchmarks/results/vocab_coverage.json).
 PREDICT_TOKENS = 1024
 PREDICT_THRESHOLD = 1e-3
 PREDICT_WINDOW = 256  # positions scored in one forward (their logits: 256 MB of float32)
