@@ -78,8 +78,9 @@ test: $(STAMP)
 	$(BIN)/ruff check babelspec tests benchmarks
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 -m "not peers and not vllm and not cluster and not extended"
 
-# The optional target modes (the certified head, W8A8) and the benchmarks' smoke runs (marked
-# `extended`: about 3 minutes), apart so that `make test` stays under 10 minutes. .ci/run runs it.
+# The optional target modes (the certified head, W8A8), the benchmarks' smoke runs and greedy
+# decoding with every drafter against Hugging Face's generate (marked `extended`: about 4 minutes),
+# apart so that `make test` stays under 10 minutes. .ci/run runs it.
 test-extended: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m extended
 

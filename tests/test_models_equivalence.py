@@ -27,6 +27,7 @@ def _prompts(target, langs=("amh", "npi", "yor")) -> list[PromptItem]:
     return items
 
 
+@pytest.mark.extended  # about a minute: make test-extended (and make test-glue-off) run it
 def test_greedy_matches_hf_generate_for_every_drafter(target) -> None:
     report = equivalence(target, _prompts(target), ["none", "self:9", "head", "self:12@", "bigram@"],
                          max_new_tokens=8, gamma=3)
