@@ -141,14 +141,21 @@ def english_source_texts() -> list[str]:
 
 
 def vocabulary_ids(texts: Iterable[str], tokenizer: PreTrainedTokenizerBase,
-                   source_tokens: int = SOURCE_TOKENS) -> np.ndarray:  # fmt: skip
+                   source_tokens: int = SOURCE_TOKENS, *, model: Any = None, predict_tokens: int = PREDICT_TOKENS,
+                   predict_threshold: float = PREDICT_THRESHOLD) -> np.ndarray:  # fmt: skip
     """Sorted ids a restricted head keeps for a language whose text is ``texts``: every token
-    of them, the specials, and the ``source_tokens`` most frequent English source tokens."""
+    of them, the specials, the ``source_tokens`` most frequent English source tokens, and with a
+    ``model`` those it finds likely on the text (``predicted_token_ids``; none where
+    ``predict_tokens`` is 0)."""
     if source_tokens < 0:
         raise UserError(f"source_tokens must be >= 0 (got {source_tokens})")
+    texts = list(texts)
     ids = corpus_token_ids(texts, tokenizer)
     if source_tokens:
         ids = np.union1d(ids, frequent_token_ids(english_source_texts(), tokenizer, source_tokens))
+    if model is not None and predict_tokens:
+        ids = np.union1d(ids, predicted_token_ids(model, tokenizer, texts, tokens=predict_tokens,
+                                                  threshold=predict_threshold))  # fmt: skip
     return ids
 
 
@@ -181,10 +188,8 @@ def language_token_ids(lang: str, tokenizer: PreTrainedTokenizerBase, source_tok
     path = cache_dir() / "vocab" / f"{key}.npy"
     if path.is_file():
         return np.load(path)
-    ids = vocabulary_ids(texts, tokenizer, source_tokens)
-    if model is not None and predict_tokens:
-        ids = np.union1d(ids, predicted_token_ids(model, tokenizer, texts, tokens=predict_tokens,
-                                                  threshold=predict_threshold))  # fmt: skip
+    ids = vocabulary_ids(texts, tokenizer, source_tokens, model=model, predict_tokens=predict_tokens,
+                         predict_threshold=predict_threshold)  # fmt: skip
     _save_atomic(path, ids)
     return ids
 

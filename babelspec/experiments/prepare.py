@@ -17,8 +17,6 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from babelspec.experiments.config import DISTIL_MODES, DrafterSetting
 
 
@@ -222,11 +220,9 @@ def _prepare_head(req: PrepareRequest) -> str:
     if not path.is_file():
         texts = _monolingual_train(req)
         req.log(f"counting {req.setting.name}'s rows for {req.language} on {len(texts)} texts")
-        ids = vocab.vocabulary_ids(texts, req.target.tokenizer)
-        if tokens:
-            ids = np.union1d(ids, vocab.predicted_token_ids(req.target.model, req.target.tokenizer, texts,
-                                                            tokens=tokens, threshold=threshold))  # fmt: skip
-        vocab.save_vocabulary(path, ids)
+        model = req.target.model if tokens else None
+        vocab.save_vocabulary(path, vocab.vocabulary_ids(texts, req.target.tokenizer, model=model,
+                                                         predict_tokens=tokens, predict_threshold=threshold))  # fmt: skip
     at = f"{layers}@" if layers else ""
     if quantize in ("int8", "gguf"):
         return f"{quantize}:{at}{path}"
