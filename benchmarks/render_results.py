@@ -236,12 +236,14 @@ def keep_demo(run: Path) -> None:
     }, indent=1) + "\n")  # fmt: skip
 
 
-def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
+def keep_flores200(run: Path, prepare_seconds: float | None = None, grid_seconds: float | None = None) -> None:
     """A wide run's "Across languages" numbers (no text of any set: codes and numbers only). The
     results file it replaces, when it was another run's, is kept in it as ``previous``: its
     summary (recomputed by the current ``summarise``, so both count alike) and its rows of the
     paper's languages. ``prepare_seconds`` replaces the store's preparation time where the run
-    reused drafter files prepared by an earlier attempt (the time they took then)."""
+    reused drafter files prepared by an earlier attempt (the time they took then); ``grid_seconds``
+    the grid's where an attempt killed mid-grid left its time unrecorded (stores written before
+    the stage timer checkpointed: measure it from the records' start and finish times)."""
     from babelspec.data.languages import PAPER_LANGUAGES  # a wide run names them by these short codes
     from babelspec.experiments.across import summarise
 
@@ -270,7 +272,8 @@ def keep_flores200(run: Path, prepare_seconds: float | None = None) -> None:
         "version": meta.get("versions", {}).get("babelspec", ""), "started_at": started,
         "generations": a["n_records"], "machines": a["machines"], "generation_seconds": a["wall_seconds_total"],
         "stage_seconds": {"prepare": prepare if prepare_seconds is None else prepare_seconds,
-                          **{k: v for k, v in stages.items() if not k.startswith("prepare")}},
+                          **{k: v for k, v in stages.items() if not k.startswith("prepare")},
+                          **({"grid": grid_seconds} if grid_seconds is not None else {})},
         "timing_load": a.get("timing_load"), "timing_checks": a.get("timing_checks"),
         "router_ensemble": a.get("router_headline", {}).get("ensemble"),
         "across": a["across"], **({"previous": previous} if previous else {}),
@@ -419,6 +422,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--demo", type=Path, help="a run directory whose headline to keep first")
     parser.add_argument("--flores200", type=Path, help="a wide run directory whose 'Across languages' to keep first")
+    parser.add_argument("--grid-seconds", type=float, help="with --flores200: the grid's time where an attempt "
+                        "killed mid-grid left it unrecorded")
     parser.add_argument("--prepare-seconds", type=float, help="with --flores200: the preparation time of drafter "
                         "files the run reused from an earlier attempt (the store counts only the reuse)")
     parser.add_argument("--resummarise-flores200", action="store_true",
@@ -427,7 +432,7 @@ def main() -> None:
     if args.demo:
         keep_demo(args.demo)
     if args.flores200:
-        keep_flores200(args.flores200, args.prepare_seconds)
+        keep_flores200(args.flores200, args.prepare_seconds, args.grid_seconds)
     if args.resummarise_flores200:
         resummarise_flores200()
     (ROOT / "docs" / "benchmark-results.md").write_text(benchmark_results())

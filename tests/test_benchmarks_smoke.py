@@ -108,10 +108,12 @@ def test_a_new_wide_run_is_kept_beside_the_previous_one(tmp_path):
         "across": {**summarise(rows), "rows": rows, "task": "translation", "setting": "bigram", "missing": []}}))
     for _ in range(2):
         proc = subprocess.run([sys.executable, str(copy / "benchmarks" / "render_results.py"), "--flores200", str(run),
-                               "--prepare-seconds", "90"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                               "--prepare-seconds", "90", "--grid-seconds", "75"], capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
         assert proc.returncode == 0, proc.stderr
         new = json.loads(kept.read_text())
         assert new["generations"] == 12 and new["stage_seconds"]["prepare"] == 90.0
+        assert new["stage_seconds"]["grid"] == 75.0
         assert new["previous"]["generations"] == old["generations"]  # not the run itself, the second time
         assert new["previous"]["summary"]["below_one"] == before["below_one"]
     assert {r["language"] for r in new["previous"]["paper_rows"]} <= {"amh", "ber", "chr", "grn", "haw", "ibo",

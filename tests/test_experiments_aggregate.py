@@ -97,11 +97,27 @@ def test_verification_cost_enters_the_corrected_f():
     rows += [record("amh", "story", "ng", 3, p, wall=2.0, alpha=0.5, c=0.1) for p in range(2)]
     for r in rows:  # verification of 4 tokens costs twice a plain step
         r.target_forward_seconds = [0.02] * 3 if r.drafter == "ng" else [0.01] * 3
+        if r.drafter == "ng":  # one timed draft forward per drafted token
+            r.draft_forward_seconds = [0.001] * (3 * r.steps)
     [s] = [s for s in agg.setting_stats(rows) if s.drafter == "ng"]
     assert s.verify_cost == pytest.approx(2.0)
     c_plain = s.draft_forward_ms / 10.0
+    assert s.draft_forwards_per_step == pytest.approx(3.0)
     assert s.f_verify == pytest.approx((1 - 0.5**4) / (0.5 * (3 * c_plain + 2.0)))
     assert s.f_verify < s.theoretical_f
+
+
+def test_the_corrected_f_counts_every_timed_draft_forward_of_a_step():
+    """gguf:LANG times γ + 1 passes a step (the last gives the bonus row): f_verify counts them all,
+    not the γ tokens drafted, or it overstates such a drafter's speedup by a fifth at γ = 4."""
+    rows = [record("amh", "story", "none", 0, p, wall=2.0) for p in range(2)]
+    rows += [record("amh", "story", "own", 3, p, wall=2.0, alpha=0.5) for p in range(2)]
+    for r in rows:
+        if r.drafter == "own":
+            r.draft_forward_seconds = [0.005] * (4 * r.steps)
+    [s] = [s for s in agg.setting_stats(rows) if s.drafter == "own"]
+    assert s.drafted_per_step == pytest.approx(3.0) and s.draft_forwards_per_step == pytest.approx(4.0)
+    assert s.f_verify == pytest.approx((1 - 0.5**4) / (0.5 * (4 * 0.5 + 1.0)))
 
 
 def test_alpha_pools_counts_and_a_generation_that_judged_nothing_adds_nothing():

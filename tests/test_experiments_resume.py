@@ -112,3 +112,21 @@ def test_sigkill_mid_run_then_resume(tiny_config, tmp_path):
     execution = Store(db_path).meta()["execution"]
     assert execution["dtype"] in ("float32", "bfloat16") and execution["threads"] == 1
     assert execution["mode"] in ("exact", "fast") and execution["cpu"]
+
+
+def test_a_stage_keeps_its_time_so_far_in_the_store_before_it_ends(tmp_path):
+    """A run killed mid-stage still states the stage time it had spent (checkpointed)."""
+    import time
+
+    from babelspec.experiments.runner import StageTimer
+    from babelspec.experiments.store import Store
+
+    path = tmp_path / "r.sqlite"
+    timer = StageTimer(Store(path), "grid", every=0.0)
+    with timer:
+        time.sleep(0.02)
+        timer.checkpoint()
+        so_far = Store(path).meta()["stage_seconds"]["grid"]  # what a SIGKILL here would leave
+        assert so_far >= 0.02
+        time.sleep(0.01)
+    assert Store(path).meta()["stage_seconds"]["grid"] >= so_far + 0.01

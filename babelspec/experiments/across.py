@@ -155,7 +155,8 @@ def language_rows(analysis: dict[str, Any], train_tokens: dict[str, float], web:
             "drafter": row["drafter"], "gamma": row["gamma"], "speedup": row["speedup"],
             "selection_speedup": row.get("selection_speedup", math.nan),
             "speedup_low": row.get("speedup_low"), "speedup_high": row.get("speedup_high"),
-            "alpha": row["alpha"], "held_out_prompts": row.get("n_pairs", 0), "tv_per_char": tv.get(lang.code, math.nan),
+            "alpha": row["alpha"], "draft_cost": row.get("draft_cost", math.nan),
+            "held_out_prompts": row.get("n_pairs", 0), "tv_per_char": tv.get(lang.code, math.nan),
             "router_drafter": route.get("drafter", "none"),
             "router_speedup": route.get("predicted_speedup", 1.0) if route.get("drafter", "none") != "none" else 1.0,
             "train_tokens": train_tokens.get(lang.code, math.nan),
@@ -187,7 +188,8 @@ def against_llama_cpp(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
                                     for r in measured)),
         "plain_median": float(np.median(plain)) if plain else math.nan,
         "least": [{key: r.get(key) for key in ("language", "name", "drafter", "gamma", "vs_llama_cpp",
-                                               "vs_llama_cpp_low", "vs_llama_cpp_high", "alpha", "tokens_per_char")}
+                                               "vs_llama_cpp_low", "vs_llama_cpp_high", "alpha", "tokens_per_char",
+                                               "draft_cost")}
                   for r in order[:5]],
     }  # fmt: skip
 
@@ -252,7 +254,28 @@ def summarise(rows: list[dict[str, Any]], *, seed: int = 0, router_rule: str = "
                    "below_floor": int(np.sum(router < ROUTER_FLOOR)), "floor": ROUTER_FLOOR,
                    "languages": len(rows), "rule": router_rule},
         "llama_cpp": against_llama_cpp(rows),
+        "drafters": _drafters(rows),
     }  # fmt: skip
+
+
+def _drafters(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per drafter the languages that chose it (held out) and those the router routes to it, with
+    its α and its draft cost c (a draft forward over a plain step) over them: median and 5th–95th
+    percentiles (rows of older runs have no cost: NaN)."""
+    out = []
+    for drafter in sorted({r["drafter"] for r in rows} | {r["router_drafter"] for r in rows} - {"none"}):
+        chosen = [r for r in rows if r["drafter"] == drafter]
+        alpha = np.array([r["alpha"] for r in chosen if _finite(r.get("alpha", math.nan))], float)
+        cost = np.array([r["draft_cost"] for r in chosen if _finite(r.get("draft_cost", math.nan))], float)
+
+        def spread(v: np.ndarray) -> dict[str, float]:
+            return {q: float(np.percentile(v, p)) for q, p in (("p5", 5), ("median", 50), ("p95", 95))} \
+                if len(v) else {"p5": math.nan, "median": math.nan, "p95": math.nan}  # fmt: skip
+
+        out.append({"drafter": drafter, "languages": len(chosen),
+                    "routed": sum(r["router_drafter"] == drafter for r in rows),
+                    "alpha": spread(alpha), "draft_cost": spread(cost)})  # fmt: skip
+    return out
 
 
 def training_tokens(specs: dict[tuple[str, str], str], run_dir: str | Path | None = None) -> dict[str, dict[str, float]]:

@@ -84,6 +84,9 @@ class SettingStats:
     # on a CPU with a 262k-row output head it is more. f_verify uses it in place of that 1.
     verify_cost: float = math.nan
     draft_cost: float = math.nan  # median draft forward over the median plain decode step
+    # Draft forwards timed per verification step: the drafted tokens for a drafter with a cache
+    # of its own, one more (the bonus row's pass) for ``gguf:LANG`` on the target's own steps.
+    draft_forwards_per_step: float = math.nan
     f_verify: float = math.nan
     # held_out_best: the cell's speedup on the prompts that chose its γ (NaN elsewhere)
     selection_speedup: float = math.nan
@@ -355,6 +358,8 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
         dfw = [x for r in rows for x in r.draft_forward_seconds]
         tfw = [x for r in rows for x in r.target_forward_seconds]
         s.draft_forward_ms = median(dfw) * 1e3 if dfw else math.nan
+        timed_steps = sum(r.steps for r in rows if r.draft_forward_seconds)
+        s.draft_forwards_per_step = len(dfw) / timed_steps if timed_steps else math.nan
         s.target_forward_ms = median(tfw) * 1e3 if tfw else math.nan
         out.append(s)
     plain_ms = {(s.language, s.task): s.target_forward_ms for s in out if s.drafter == BASELINE}
@@ -366,8 +371,9 @@ def setting_stats(records: list[ExampleRecord]) -> list[SettingStats]:
             s.verify_cost = s.target_forward_ms / base
             if math.isfinite(s.draft_forward_ms):
                 s.draft_cost = s.draft_forward_ms / base  # draft forward in units of a plain step
+                forwards = s.draft_forwards_per_step  # what the step's drafting cost: its timed forwards
                 s.f_verify = theoretical_speedup(s.alpha_mean, s.depth_per_step, s.draft_cost, s.verify_cost,
-                                                 nodes=s.drafted_per_step)
+                                                 nodes=forwards if math.isfinite(forwards) else s.drafted_per_step)
     return out
 
 
@@ -438,6 +444,7 @@ class LanguageSummary:
     seconds_per_char_best: float
     selection_speedup: float = math.nan  # the same setting on the prompts that chose it
     speedup_in_sample: float = math.nan  # max over settings of the all-prompt medians (biased up)
+    draft_cost: float = math.nan  # held out: a draft forward over a plain step (``SettingStats.draft_cost``)
     # llama.cpp's plain decoding of the same GGUF as the baseline (``llama_cpp = true``), held out:
     # the chosen setting's decode rate over llama.cpp's, and babelspec's plain decoding's
     vs_llama_cpp: float = math.nan
@@ -527,6 +534,7 @@ def language_summary(records: list[ExampleRecord],
             seconds_per_char_plain=p.seconds_per_char if p else nan,
             seconds_per_char_best=h.seconds_per_char if h else nan,
             selection_speedup=s.speedup, speedup_in_sample=best.speedup if best else nan,
+            draft_cost=h.draft_cost if h else nan,
         ))  # fmt: skip
     return out
 

@@ -105,7 +105,7 @@ def run_experiment(
             executor.close()
             if cfg.divergence.enabled:
                 gc.collect()
-                with _stage(store, "divergence"):
+                with StageTimer(store, "divergence"):
                     _divergence(cfg, store, target, specs, log)
             summary.skipped = store.skips()
             summary.specs = specs
@@ -353,27 +353,39 @@ def execute_stage(executor: Executor, units: list[Unit], store: Store, summary: 
                 missing.add(it.key)  # a prompt the task lacks, a drafter that cannot be built: not again
             bar.update(1)
             bar.set_postfix_str(f"{it.language}/{it.task}/{it.drafter}/g{it.gamma}", refresh=False)
+        timer.checkpoint()
 
+    timer = StageTimer(store, "grid")
     try:
-        with _stage(store, "grid"):
+        with timer:
             executor.execute(units, sink)
     finally:
         bar.close()
 
 
-class _stage:
-    """Adds the wall time of a stage to the store's ``stage_seconds`` (also when it fails)."""
+class StageTimer:
+    """Adds the wall time of a stage to the store's ``stage_seconds`` (also when it fails).
+    ``checkpoint`` writes the time so far at most every ``every`` seconds, so a run killed
+    mid-stage (SIGKILL, a session's end) loses at most that much of it: a wide run resumed after
+    a kill still states its whole stage time."""
 
-    def __init__(self, store: Store, name: str) -> None:
-        self.store, self.name = store, name
+    def __init__(self, store: Store, name: str, every: float = 30.0) -> None:
+        self.store, self.name, self.every = store, name, every
 
-    def __enter__(self) -> None:
-        self.t0 = time.perf_counter()
+    def __enter__(self) -> StageTimer:
+        self.t0 = self.last = time.perf_counter()
+        return self
+
+    def checkpoint(self, force: bool = False) -> None:
+        now = time.perf_counter()
+        if force or now - self.last >= self.every:
+            seconds = dict(self.store.meta().get("stage_seconds", {}))
+            seconds[self.name] = seconds.get(self.name, 0.0) + now - self.last
+            self.store.set_meta("stage_seconds", seconds)
+            self.last = now
 
     def __exit__(self, *exc: object) -> None:
-        seconds = dict(self.store.meta().get("stage_seconds", {}))
-        seconds[self.name] = seconds.get(self.name, 0.0) + time.perf_counter() - self.t0
-        self.store.set_meta("stage_seconds", seconds)
+        self.checkpoint(force=True)
 
 
 def _artifact_root(cfg: ExperimentConfig, out: Path) -> Path:

@@ -297,6 +297,16 @@ def across_blocks(a: dict[str, Any]) -> list[Block]:
                                   + (f" {skipped} languages without a held-out speedup are left out of this "
                                      "section." if skipped else "")))  # fmt: skip
     blocks.append(_language_table(x["best"], f"The 10 fastest languages, {ranked}."))
+    if x.get("drafters"):
+        blocks.append(Table(
+            ["drafter", "languages that chose it", "router's languages", "α: median [5th, 95th pct]",
+             "draft cost c: median [5th, 95th pct]"],
+            [[d["drafter"], str(d["languages"]), str(d["routed"]),
+              f"{_f(d['alpha']['median'])} [{_f(d['alpha']['p5'])}, {_f(d['alpha']['p95'])}]",
+              f"{_f(d['draft_cost']['median'])} [{_f(d['draft_cost']['p5'])}, {_f(d['draft_cost']['p95'])}]"]
+             for d in x["drafters"]],
+            caption="The drafters the languages chose, held out: α and c (one draft forward over a plain decoding "
+                    "step) over the languages that chose each; their per-language values are in the run's rows."))  # fmt: skip
     for title in ("script", "family"):
         blocks.append(Table(
             [title, "languages", "median held-out speedup", "median α", "median with the router"],
@@ -345,11 +355,12 @@ def _llama_cpp_blocks(a: dict[str, Any], x: dict[str, Any]) -> list[Block]:
                              "and its decode rate over llama.cpp's plain decoding of the same GGUF, with BCa 95% "
                              "intervals over held-out prompts; sorted by the latter."))
     blocks.append(Table(
-        ["language", "setting", "× llama.cpp [95% interval]", "α", "target tokens per char"],
+        ["language", "setting", "× llama.cpp [95% interval]", "α", "target tokens per char", "draft cost c"],
         [[f"{r['name']} ({r['language']})", f"{r['drafter']} γ={r['gamma']}",
           f"{_f(r['vs_llama_cpp'], suffix='x')} {_ci(r.get('vs_llama_cpp_low'), r.get('vs_llama_cpp_high'))}",
-          _f(r.get("alpha")), _f(r.get("tokens_per_char"))] for r in lc["least"]],
-        caption="The five languages that gain least against llama.cpp's plain decoding (held out)."))  # fmt: skip
+          _f(r.get("alpha")), _f(r.get("tokens_per_char")), _f(r.get("draft_cost"))] for r in lc["least"]],
+        caption="The five languages that gain least against llama.cpp's plain decoding (held out); c: the "
+                "chosen drafter's forward over a plain decoding step."))  # fmt: skip
     return blocks
 
 
