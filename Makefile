@@ -66,7 +66,7 @@ demo: $(STAMP)
 # linter come first: an upward import, a cycle or a lint error fails the suite. The peers' tests
 # (marked `peers`: they need a peer built from source) are `make test-peers`; .ci/run runs both.
 # Tests run in 2 processes (a module's tests stay in one, sharing its fixtures; the longest modules
-# first, tests/conftest.py): 9.2 minutes on a 2-core Zen 4 (pytest 9.1), with the exactness tests on
+# first, tests/conftest.py): 8.8 minutes on a 2-core Zen 4 (pytest 9.1), with the exactness tests on
 # the real model at 1, 2 and 3 threads; the other tests set 1 torch thread each.
 PYTEST_WORKERS ?= 2
 # The real evaluation sets the suite reads (4-shot FLORES-200 prompts, NTREX-128, OLDI Seed): this

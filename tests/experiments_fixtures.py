@@ -15,8 +15,8 @@ def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall:
            trained_on: str = "", text: str = "") -> ExampleRecord:
     """One generation. The counts behind alpha come from the per-step lists where given
     (a step whose accepted < proposed ends in a rejection), else 10 judged tokens at ``alpha``
-    over ``tokens`` steps of ``gamma`` drafted tokens each; plain decoding judges nothing, so
-    its alpha is NaN."""
+    over ``tokens`` steps of ``gamma`` drafted tokens each, one timed draft forward per drafted
+    token; plain decoding judges nothing, so its alpha is NaN."""
     if drafter == "none":
         accepted = rejections = 0
     elif proposed_per_step:
@@ -26,16 +26,17 @@ def record(lang: str, task: str, drafter: str, gamma: int, prompt: int, *, wall:
         accepted = round(alpha * 10)
         rejections = 10 - accepted
     judged = accepted + rejections
+    proposed = sum(proposed_per_step) if proposed_per_step else (0 if drafter == "none" else gamma * tokens)
     return ExampleRecord(
         language=lang, task=task, drafter=drafter, gamma=gamma, prompt_index=prompt, seed=seed,
         drafter_spec="none" if drafter == "none" else f"{drafter}:x", trained_on=trained_on,
         alpha=accepted / judged if judged else math.nan, alpha_token=alpha,
-        proposed=sum(proposed_per_step) if proposed_per_step else (0 if drafter == "none" else gamma * tokens),
+        proposed=proposed,
         accepted=accepted, rejections=rejections,
         steps=len(proposed_per_step) or tokens,
         accepted_per_step=list(accepted_per_step), proposed_per_step=list(proposed_per_step),
         wall_seconds=wall, target_seconds=wall * 0.8, draft_seconds=wall * 0.1,
-        draft_forward_seconds=[0.001 * c / 0.1] * 3, target_forward_seconds=[0.01] * 3,
+        draft_forward_seconds=[0.001 * c / 0.1] * (proposed or 3), target_forward_seconds=[0.01] * 3,
         c=c, n_tokens=tokens, n_chars=chars, text=text or f"{lang} {drafter} {prompt}",
         in_language=True, language_score=1.0, looped=looped, loop_ratio=0.9 if looped else 0.0,
     )  # fmt: skip
