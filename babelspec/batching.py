@@ -231,6 +231,21 @@ class _Slot(Forward):
             raise AttributeError(name)
         return getattr(self.loop.shared, name)
 
+    # ``Forward``'s own defaults, which ``__getattr__`` never reaches: the shared forward's, so a
+    # slot's plan says what its rows are (a slot's block rounds as the sequence alone: the module
+    # docstring), and a slot keeps a certified head's contract
+    @property
+    def exact(self) -> bool:  # type: ignore[override]
+        return self.loop.shared.exact
+
+    @property
+    def not_exact_reason(self) -> str:
+        return self.loop.shared.not_exact_reason
+
+    @property
+    def certifies_head(self) -> bool:  # type: ignore[override]
+        return self.loop.shared.certifies_head
+
     def new_cache(self) -> LeanCache:
         return self.loop.shared.new_cache()
 

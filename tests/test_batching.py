@@ -132,6 +132,11 @@ def test_batched_requests_on_the_default_model_equal_each_alone(tmp_path) -> Non
     assert batched(loop, prompts, jobs, gamma=4) == each
     assert loop.stats.blocks > loop.stats.forwards
     assert max(loop.stats.sizes) == len(jobs)  # every running sequence in one forward
+    # a slot's plan says what the shared forward's rows are, not a bare forward's default
+    from babelspec.machine import execution_plan
+
+    plan, slot_plan = execution_plan(target), execution_plan(loop.slots[0])
+    assert slot_plan["exact"] == plan["exact"] != "no" and "exact_why" not in slot_plan
 
 
 def test_a_failing_generation_leaves_the_others_and_the_loop_running(caplog) -> None:
