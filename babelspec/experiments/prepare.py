@@ -47,15 +47,20 @@ class PrepareRequest:
             return (parse_source("bundled@train"),)
         return self.data.sources(self.language)[2]
 
+    def predicted_rows(self) -> tuple[int, float]:
+        """A ``kind = "head"`` setting's ``(predict_tokens, predict_threshold)``, its options' or
+        the defaults (``drafters.vocab``): what its rows hold and its artifact's key both read."""
+        from babelspec.drafters.vocab import PREDICT_THRESHOLD, PREDICT_TOKENS
+
+        options = self.setting.options
+        return options.get("predict_tokens", PREDICT_TOKENS), options.get("predict_threshold", PREDICT_THRESHOLD)
+
     def artifact_path(self, suffix: str) -> Path:
         """A file or folder name keyed by everything that determines the artifact."""
         fields = {"target": self.target_spec, "lang": self.language, "kind": self.setting.kind,
                   "options": self.setting.options}
         if self.setting.kind == "head":  # the rows: the corpus's tokens and the target's likely ones
-            from babelspec.drafters.vocab import PREDICT_THRESHOLD, PREDICT_TOKENS
-
-            fields["predicted"] = [self.setting.options.get("predict_tokens", PREDICT_TOKENS),
-                                   self.setting.options.get("predict_threshold", PREDICT_THRESHOLD)]
+            fields["predicted"] = list(self.predicted_rows())
         sources = [str(s) for s in self.corpus_sources()]
         if sources != ["bundled@train"]:
             fields["corpus"] = sources
@@ -214,8 +219,7 @@ def _prepare_head(req: PrepareRequest) -> str:
     vocab = _require("babelspec.drafters.vocab", "the restricted-head drafter")
     options = req.setting.options
     quantize, layers = options.get("quantize", "int8"), options.get("layers")
-    tokens = options.get("predict_tokens", vocab.PREDICT_TOKENS)
-    threshold = options.get("predict_threshold", vocab.PREDICT_THRESHOLD)
+    tokens, threshold = req.predicted_rows()
     path = req.artifact_path(".npy")
     if not path.is_file():
         texts = _monolingual_train(req)
