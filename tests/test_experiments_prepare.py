@@ -139,7 +139,7 @@ def test_the_paper_profile_distils_on_the_runs_real_sets(tmp_path):
     cfg = load_config(profile="paper", data_root=corpora)
     assert len(cfg.languages) >= 6 and cfg.prompts_per_cell >= 10 and cfg.baseline
     names = {d.name: d for d in cfg.drafters}
-    assert set(names) == {"baseline", "distill-task", "distill-general", "bigram", "bigram-distilled"}
+    assert set(names) == {"baseline", "distill-task", "distill-general", "bigram", "bigram-distilled", "gguf"}
     for lang in cfg.languages:
         assert cfg.data.for_language(lang).test == "sib200:sib200@test"
     task = pipeline.load_config(names["distill-task"].options["config"], mode="task", lang="amh")
