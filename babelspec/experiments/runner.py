@@ -373,7 +373,7 @@ class StageTimer:
         self.store, self.name, self.every = store, name, every
 
     def __enter__(self) -> StageTimer:
-        self.t0 = self.last = time.perf_counter()
+        self.last = time.perf_counter()
         return self
 
     def checkpoint(self, force: bool = False) -> None:
